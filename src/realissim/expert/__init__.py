@@ -1,0 +1,1 @@
+"""Demonstrators: scripted pusher motions (and later planning experts and teleoperation)."""

@@ -1,0 +1,135 @@
+"""Strict conversion between JSON-like dicts and frozen spec dataclasses.
+
+The type hints of a dataclass are its schema: every field is converted and checked against its
+declared type, unknown and missing keys are rejected, and any `SpecError` raised by a dataclass's own
+semantic checks (its `__post_init__`) is re-raised with the full field path, so the caller sees one
+error that names the field and the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from typing import Any, Literal, TypeVar, Union
+
+from realissim.spec.errors import SpecError
+
+T = TypeVar("T")
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _to_float(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(path, f"must be a number, got {type(value).__name__} {_describe(value)}")
+    try:
+        result = float(value)
+    except OverflowError:
+        raise SpecError(path, f"number too large: {_describe(value)}") from None
+    if not math.isfinite(result):
+        raise SpecError(path, f"must be finite, got {result}")
+    return result
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is float:
+        return _to_float(value, path)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(path, f"must be an integer, got {type(value).__name__} {_describe(value)}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise SpecError(path, f"must be true or false, got {_describe(value)}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise SpecError(path, f"must be a string, got {type(value).__name__} {_describe(value)}")
+        return value
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if isinstance(value, bool) or value not in allowed:
+            raise SpecError(path, f"must be one of {list(allowed)}, got {_describe(value)}")
+        return value
+    if origin is tuple:
+        return _convert_tuple(tp, value, path)
+    if origin in (Union, types.UnionType):
+        return _convert_union(tp, value, path)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, path)
+    raise TypeError(f"spec codec does not support type {tp!r} at {path}")
+
+
+def _convert_tuple(tp: Any, value: Any, path: str) -> tuple[Any, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise SpecError(path, f"must be a list, got {type(value).__name__} {_describe(value)}")
+    args = typing.get_args(tp)
+    if len(args) == 2 and args[1] is Ellipsis:
+        return tuple(_convert(args[0], item, f"{path}[{i}]") for i, item in enumerate(value))
+    if len(value) != len(args):
+        raise SpecError(path, f"must have exactly {len(args)} elements, got {len(value)}")
+    return tuple(_convert(arg, item, f"{path}[{i}]") for i, (arg, item) in enumerate(zip(args, value)))
+
+
+def _convert_union(tp: Any, value: Any, path: str) -> Any:
+    args = typing.get_args(tp)
+    if value is None:
+        if type(None) in args:
+            return None
+        raise SpecError(path, "must not be null")
+    # Pick the alternative by the JSON kind of the value, so the error names the real mismatch.
+    for arg in args:
+        if arg is type(None):
+            continue
+        if dataclasses.is_dataclass(arg) and isinstance(value, dict):
+            return _convert(arg, value, path)
+        if arg is str and isinstance(value, str):
+            return value
+    kinds = [a.__name__ if a is not type(None) else "null" for a in args]
+    kinds = ["object" if dataclasses.is_dataclass(a) else k for a, k in zip(args, kinds)]
+    raise SpecError(path, f"must be one of {kinds}, got {type(value).__name__} {_describe(value)}")
+
+
+def from_dict(cls: type[T], data: Any, path: str = "") -> T:
+    """Build dataclass `cls` from a JSON-like dict, strictly; raises `SpecError` naming the field."""
+    if not isinstance(data, dict):
+        raise SpecError(path or "<root>", f"must be an object, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    for key in data:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SpecError(_join(path, str(key)), f"unknown key{hint}")
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for name, field in fields.items():
+        if name not in data:
+            has_default = field.default is not dataclasses.MISSING
+            if has_default or field.default_factory is not dataclasses.MISSING:
+                continue
+            raise SpecError(_join(path, name), "missing required key")
+        kwargs[name] = _convert(hints[name], data[name], _join(path, name))
+    try:
+        return cls(**kwargs)
+    except SpecError as err:
+        raise err.under(path) from None
+
+
+def to_dict(spec: Any) -> Any:
+    """Turn a spec dataclass (or a value inside one) into plain JSON types: dicts, lists, numbers."""
+    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
+        return {f.name: to_dict(getattr(spec, f.name)) for f in dataclasses.fields(spec)}
+    if isinstance(spec, (tuple, list)):
+        return [to_dict(item) for item in spec]
+    return spec

@@ -1,0 +1,133 @@
+"""N independent twins of one scene, stepped together on a thread pool (`mujoco.batch.Batch`).
+
+Same API as `TwinPhysics` with a leading batch axis B. Each simulation runs exactly as a lone
+`TwinPhysics` would: MuJoCo's batch loads each simulation's integration state into an MjData, steps it
+and saves it back, bit-identically to a loop over separate simulations at any thread count.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+import mujoco
+import mujoco.batch
+import numpy as np
+from numpy.typing import ArrayLike
+
+from realissim.assets.mjcf import KEYFRAME_HOME
+from realissim.spec.scene import SceneSpec
+from realissim.twin.physics import (
+    PhysicsConfig,
+    PhysicsDivergedError,
+    build_model,
+    check_targets,
+    check_wrench,
+    diverged_body,
+    target_velocity,
+)
+from realissim.twin.state import TwinLayout, TwinState, read_state, write_state
+
+
+@dataclass(frozen=True)
+class BatchSnapshot:
+    """Copies of every simulation's integration state (B, nstate) at a frame boundary."""
+
+    frame: int
+    states: np.ndarray
+
+
+class TwinBatch:
+    """B twins of `scene`; `nthread` worker threads (0: one per CPU)."""
+
+    def __init__(self, scene: SceneSpec, size: int, config: PhysicsConfig = PhysicsConfig(), nthread: int = 0) -> None:
+        if size < 1:
+            raise ValueError(f"batch size must be ≥ 1, got {size}")
+        self.scene = scene
+        self.config = config
+        self.model = build_model(scene, config)
+        self.layout = TwinLayout.from_model(self.model, scene.robot.joint_names, tuple(o.name for o in scene.objects))
+        self.batch = mujoco.batch.Batch(self.model, nsim=size, nthread=nthread)
+        self._time = self.batch.bind("time")
+        self._qpos = self.batch.bind("qpos")
+        self._qvel = self.batch.bind("qvel")
+        self._ctrl = self.batch.bind("ctrl")
+        self._xfrc = self.batch.bind("xfrc_applied")
+        self._home = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_KEY, KEYFRAME_HOME)
+        self.frame = 0
+        self._history: collections.deque[BatchSnapshot] = collections.deque(maxlen=config.guard_history)
+        self.reset()
+
+    @property
+    def size(self) -> int:
+        """Number of twins B."""
+        return self.batch.nsim
+
+    @property
+    def dt(self) -> float:
+        """Frame duration, s."""
+        return 1.0 / self.config.fps
+
+    def reset(self, state: TwinState | None = None) -> None:
+        """Reset every twin to the scene's initial state, or to `state` (fields with a leading axis B)."""
+        self.batch.reset(keyframe=np.full(self.size, self._home, dtype=np.int32))
+        if state is not None:
+            write_state(self.layout, state, self._qpos, self._qvel, self._ctrl)
+            self._time[:] = np.broadcast_to(state.time, (self.size,))
+            self.batch.forward()
+        self.frame = 0
+        self._history.clear()
+
+    def set_joint_targets(self, q_des: ArrayLike, qd_des: ArrayLike | None = None) -> np.ndarray:
+        """Set desired joints (B, J) (or (J,) for all) and optionally velocities, as
+        `TwinPhysics.set_joint_targets`; returns the q′ actually set (B, J)."""
+        clipped, _ = check_targets(self.layout, q_des)
+        clipped = np.broadcast_to(clipped, (self.size, len(self.layout.actuators)))
+        q_old = self._ctrl[:, self.layout.actuators]
+        self._ctrl[:, self.layout.dampers] = target_velocity(self.model, self.layout, clipped, q_old, self.dt, qd_des)
+        self._ctrl[:, self.layout.actuators] = clipped
+        return clipped.copy()
+
+    def apply_wrenches(self, wrenches: ArrayLike) -> None:
+        """World-frame wrenches (B, K, 6) = [force N, torque N·m] at each object's COM, next frame only."""
+        w = np.asarray(wrenches, dtype=np.float64)
+        shape = (self.size, len(self.layout.object_names), 6)
+        if w.shape != shape:
+            raise ValueError(f"wrenches must have shape {shape}, got {w.shape}")
+        self._xfrc[:, self.layout.object_bodies] = check_wrench(w[..., :3], w[..., 3:])
+
+    def step(self) -> None:
+        """Advance every twin one frame; raises PhysicsDivergedError naming the first diverged twin."""
+        if self.config.guard_history:
+            self._history.append(self.snapshot())
+        t_end = self._time + self.config.substeps * self.model.opt.timestep
+        try:
+            self.batch.step(nstep=self.config.substeps)
+        except mujoco.batch.SimulationError as err:
+            twin = int(err.ids[0])
+            raise PhysicsDivergedError("world", self.frame + 1, f"twin {twin}: {err}", list(self._history)) from err
+        self._xfrc[:, self.layout.object_bodies] = 0.0
+        self.frame += 1
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(self._qpos).all(axis=1) & (np.abs(self._qvel).max(axis=1) <= self.config.max_speed)
+        ok &= np.abs(self._time - t_end) <= 1e-9
+        if not ok.all():
+            b = int(np.argmin(ok))
+            problem = diverged_body(self.model, self.layout, self._qpos[b], self._qvel[b], self.config.max_speed)
+            body, reason = problem or ("world", "MuJoCo reset the simulation (bad accelerations)")
+            raise PhysicsDivergedError(body, self.frame, f"twin {b}: {reason}", list(self._history))
+
+    def state(self) -> TwinState:
+        """The current state of every twin, fields with a leading axis B (copies)."""
+        return read_state(self.layout, self._time, self._qpos, self._qvel, self._ctrl)
+
+    def snapshot(self) -> BatchSnapshot:
+        """Copies of all twins' integration states."""
+        return BatchSnapshot(self.frame, self.batch.state.copy())
+
+    def restore(self, snap: BatchSnapshot) -> None:
+        """Return exactly to a snapshot."""
+        if snap.states.shape != self.batch.state.shape:
+            raise ValueError(f"snapshot shape {snap.states.shape} != batch state {self.batch.state.shape}")
+        self.batch.state[:] = snap.states
+        self.frame = snap.frame

@@ -1,0 +1,78 @@
+"""Inverse kinematics for the pusher tip with the rod held vertical (mink on the robot-only model)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import mink
+import mujoco
+import numpy as np
+from numpy.typing import ArrayLike
+
+from realissim.assets import panda
+from realissim.assets.mjcf import scene_to_mjcf
+from realissim.spec.scene import SceneSpec
+
+
+class IKError(RuntimeError):
+    """The target could not be reached within tolerance (out of reach or against joint limits)."""
+
+
+@dataclass(frozen=True)
+class IKConfig:
+    """Solver settings for `PusherIK`."""
+
+    tolerance: float = 1e-4
+    """Largest accepted tip position error, m."""
+    max_iterations: int = 200
+    posture_cost: float = 1e-3
+    """Weight pulling the solution towards the seed configuration (resolves redundancy)."""
+    damping: float = 1e-4
+
+
+class PusherIK:
+    """Joint configurations that put the pusher tip at a world point with the rod pointing straight down."""
+
+    def __init__(self, scene: SceneSpec, config: IKConfig = IKConfig()) -> None:
+        if scene.robot.pusher is None:
+            raise ValueError("PusherIK needs a robot with a pusher rod")
+        robot_only = dataclasses.replace(scene, objects=(), goals=(), cameras=())
+        self.model = mujoco.MjModel.from_xml_string(scene_to_mjcf(robot_only))
+        self.config = config
+        self._conf = mink.Configuration(self.model)
+        self._tip = mink.FrameTask(panda.TIP_SITE, "site", position_cost=1.0, orientation_cost=0.0, lm_damping=1e-3)
+        self._down = mink.AxisAlignTask(panda.TIP_SITE, "site", axis=(0.0, 0.0, 1.0), cost=1.0)
+        self._down.set_target(np.array([0.0, 0.0, -1.0]))
+        self._posture = mink.PostureTask(self.model, cost=config.posture_cost)
+        self._limits = [mink.ConfigurationLimit(self.model)]
+        self._site = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, panda.TIP_SITE)
+
+    def tip_position(self, q: ArrayLike) -> np.ndarray:
+        """World position (3,) of the tip centre at joints q (J,)."""
+        data = mujoco.MjData(self.model)
+        data.qpos[:] = q
+        mujoco.mj_kinematics(self.model, data)
+        return data.site_xpos[self._site].copy()
+
+    def solve(self, tip_W: ArrayLike, seed: ArrayLike) -> np.ndarray:
+        """Joints (J,) placing the tip centre at `tip_W` (3,) m with the rod vertical, starting at `seed`.
+
+        Raises IKError if the tip error stays above the tolerance.
+        """
+        target = np.asarray(tip_W, dtype=np.float64)
+        self._conf.update(np.asarray(seed, dtype=np.float64))
+        self._posture.set_target(np.asarray(seed, dtype=np.float64))
+        self._tip.set_target(mink.SE3.from_translation(target))
+        tasks = [self._tip, self._down, self._posture]
+        err = np.inf
+        for _ in range(self.config.max_iterations):
+            err = float(np.linalg.norm(self._conf.data.site_xpos[self._site] - target))
+            tilt = 1.0 + float(self._conf.data.site_xmat[self._site][8])  # 1 - cos(angle to straight down)
+            if err < self.config.tolerance and tilt < 1e-6:
+                break
+            vel = mink.solve_ik(self._conf, tasks, 1.0, "daqp", damping=self.config.damping, limits=self._limits)
+            self._conf.integrate_inplace(vel, 1.0)
+        if err >= self.config.tolerance:
+            raise IKError(f"tip target {target.round(4).tolist()} not reached: error {err * 1e3:.2f} mm")
+        return self._conf.q.copy()

@@ -1,0 +1,135 @@
+"""Assets: Panda kinematics against Franka's published data, the T's geometry, the PushT preset."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import mujoco
+import numpy as np
+import pytest
+
+from realissim.assets import panda
+from realissim.assets.mass import sphere_union_inertia
+from realissim.assets.mjcf import scene_to_mjcf
+from realissim.assets.pusht import (
+    PUSHER_HOME_TIP,
+    WORKSPACE_CENTER,
+    WORKSPACE_HALF,
+    PushTConfig,
+    TBlock,
+    pusht_scene,
+)
+from realissim.geometry import project_points
+from realissim.spec import Pose, SceneSpec, SpecError
+from realissim.twin.kinematics import IKConfig, PusherIK
+
+
+def _robot_model(scene: SceneSpec) -> tuple[mujoco.MjModel, mujoco.MjData]:
+    robot_only = dataclasses.replace(scene, objects=(), goals=(), robot=dataclasses.replace(scene.robot, base=Pose()))
+    model = mujoco.MjModel.from_xml_string(scene_to_mjcf(robot_only))
+    return model, mujoco.MjData(model)
+
+
+def test_flange_at_ready_matches_published_pose(scene: SceneSpec) -> None:
+    flange = panda.dh_forward_kinematics(panda.READY_Q)
+    assert np.linalg.norm(flange[:3, 3] - panda.READY_FLANGE_POS) < 1e-3
+    np.testing.assert_allclose(flange[:3, 2], [0, 0, -1], atol=1e-9)  # flange axis points down
+    model, data = _robot_model(scene)
+    data.qpos[:] = panda.READY_Q
+    mujoco.mj_kinematics(model, data)
+    site = model.site(panda.FLANGE_SITE).id
+    assert np.linalg.norm(data.site_xpos[site] - panda.READY_FLANGE_POS) < 1e-3
+
+
+def test_mujoco_model_matches_dh_everywhere(scene: SceneSpec) -> None:
+    model, data = _robot_model(scene)
+    rng = np.random.default_rng(1)
+    site = model.site(panda.FLANGE_SITE).id
+    for _ in range(50):
+        q = rng.uniform(panda.Q_LOWER, panda.Q_UPPER)
+        data.qpos[:] = q
+        mujoco.mj_kinematics(model, data)
+        ref = panda.dh_forward_kinematics(q)
+        np.testing.assert_allclose(data.site_xpos[site], ref[:3, 3], atol=1e-9)
+        np.testing.assert_allclose(data.site_xmat[site].reshape(3, 3), ref[:3, :3], atol=1e-9)
+
+
+def test_model_carries_published_limits_and_masses(scene: SceneSpec) -> None:
+    model, _ = _robot_model(scene)
+    for i, name in enumerate(panda.JOINT_NAMES):
+        j = model.joint(name)
+        np.testing.assert_allclose(j.range, [panda.Q_LOWER[i], panda.Q_UPPER[i]])
+        np.testing.assert_allclose(model.jnt_actfrcrange[j.id], [-panda.TORQUE_LIMIT[i], panda.TORQUE_LIMIT[i]])
+    arm_mass = sum(model.body(n).mass[0] for n in panda.LINK_NAMES[1:])
+    assert arm_mass == pytest.approx(sum(m for m, _, _ in panda.LINK_INERTIALS[1:]))
+    for name in (*panda.LINK_NAMES[1:], panda.PUSHER_BODY):
+        assert model.body_gravcomp[model.body(name).id] == 1.0, f"{name} is not gravity compensated"
+
+
+def test_unknown_robot_model_is_a_spec_error(scene: SceneSpec) -> None:
+    bad = dataclasses.replace(scene, robot=dataclasses.replace(scene.robot, model="ur5"))
+    with pytest.raises(SpecError, match="unknown robot model"):
+        scene_to_mjcf(bad)
+
+
+def test_t_block_dimensions_and_mass_properties() -> None:
+    t = TBlock()
+    bar, stem = t.boxes()
+    assert 2 * bar.half[0] == pytest.approx(0.20) and 2 * bar.half[1] == pytest.approx(0.05)
+    assert 2 * stem.half[0] == pytest.approx(0.05) and 2 * stem.half[1] == pytest.approx(0.15)
+    assert 2 * bar.half[2] == pytest.approx(0.035)
+    assert t.volume == pytest.approx((0.2 * 0.05 + 0.05 * 0.15) * 0.035)
+    # The origin is the centre of mass: area-weighted box centres cancel.
+    assert bar.volume * bar.center[1] + stem.volume * stem.center[1] == pytest.approx(0.0, abs=1e-15)
+    exact = np.asarray(t.inertia(0.25).inertia)
+    voxel = np.asarray(sphere_union_inertia(t.spheres(0.00875), 0.25, resolution=64).inertia)
+    np.testing.assert_allclose(voxel[:3], exact[:3], rtol=0.04)  # fine spheres approach the exact T
+
+
+@pytest.mark.parametrize("radius", [0.0175, 0.01, 0.006])
+def test_spheres_lie_inside_and_cover_the_t(radius: float) -> None:
+    t = TBlock()
+    spheres = t.spheres(radius)
+    centers = np.asarray(spheres.centers)
+    # Every ball inside the exact T: sample points on each sphere's surface.
+    dirs = np.random.default_rng(0).normal(size=(200, 3))
+    dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+    for c in centers:
+        assert t.contains(c + 0.999 * radius * dirs).all()
+    # Coverage: every point of the T's mid-plane lies within one spacing (= radius) of a sphere.
+    grid = np.stack(np.meshgrid(np.linspace(-0.1, 0.1, 81), np.linspace(-0.14, 0.07, 85), [0.0]), -1).reshape(-1, 3)
+    inside = grid[t.contains(grid)]
+    dist = np.min(np.linalg.norm(inside[:, None] - centers[None], axis=2), axis=1)
+    assert dist.max() <= radius * 1.5
+    with pytest.raises(ValueError, match="radius"):
+        t.spheres(0.02)
+
+
+def test_cameras_together_see_the_whole_workspace(scene: SceneSpec) -> None:
+    cx, cy = WORKSPACE_CENTER
+    xs = np.linspace(cx - WORKSPACE_HALF - 0.1, cx + WORKSPACE_HALF + 0.1, 15)
+    ys = np.linspace(cy - WORKSPACE_HALF - 0.1, cy + WORKSPACE_HALF + 0.1, 15)
+    pts = np.array([(x, y, z) for x in xs for y in ys for z in (0.0, 0.035)])
+    seen = np.zeros(len(pts), dtype=int)
+    for cam in scene.cameras:
+        uv, depth = project_points(pts, cam.K_array, cam.X_WC_array)
+        seen += (depth > 0) & (uv[:, 0] >= 0) & (uv[:, 0] < cam.width) & (uv[:, 1] >= 0) & (uv[:, 1] < cam.height)
+    assert seen.min() >= 2, "every workspace point (T included) must be in view of at least two cameras"
+
+
+def test_camera_size_is_configurable() -> None:
+    small = pusht_scene(PushTConfig(camera_width=160, camera_height=90))
+    assert all((c.width, c.height) == (160, 90) for c in small.cameras)
+    assert small.cameras[0].K[0][2] == 80.0
+
+
+def test_pusher_reaches_the_whole_workspace_at_table_height(scene: SceneSpec) -> None:
+    ik = PusherIK(scene, IKConfig(max_iterations=1000, tolerance=2e-4))
+    q_mid = ik.solve((*WORKSPACE_CENTER, 0.05), scene.robot.home)
+    rod = scene.robot.pusher
+    assert rod is not None
+    for x in np.linspace(-WORKSPACE_HALF, WORKSPACE_HALF, 5):
+        for y in np.linspace(-WORKSPACE_HALF, WORKSPACE_HALF, 5):
+            q = ik.solve((x, y, rod.radius + 0.005), q_mid)
+            assert np.all(q >= np.asarray(panda.Q_LOWER)) and np.all(q <= np.asarray(panda.Q_UPPER))
+    np.testing.assert_allclose(ik.tip_position(scene.robot.home), PUSHER_HOME_TIP, atol=1e-3)
