@@ -1,5 +1,6 @@
 """The digital twin: MuJoCo physics of a scene (single and batched) and its state."""
 
+from realissim.twin.appearance import SceneAppearance
 from realissim.twin.batch import BatchSnapshot, TwinBatch
 from realissim.twin.physics import PhysicsConfig, PhysicsDivergedError, Snapshot, TwinPhysics
 from realissim.twin.state import TwinLayout, TwinState
@@ -8,6 +9,7 @@ __all__ = [
     "BatchSnapshot",
     "PhysicsConfig",
     "PhysicsDivergedError",
+    "SceneAppearance",
     "Snapshot",
     "TwinBatch",
     "TwinLayout",

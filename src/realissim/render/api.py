@@ -1,0 +1,114 @@
+"""`rasterize`: one entry point over the three rasteriser backends."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from torch import Tensor
+
+from realissim.render.common import DEFAULT_FAR, DEFAULT_NEAR, StaticLayer, background_image, check_inputs, compose
+from realissim.render.cpu import rasterize_cpu
+from realissim.render.gsplat_backend import gsplat_available, rasterize_gsplat
+from realissim.render.reference import rasterize_reference
+
+Backend = Literal["auto", "reference", "cpu", "gsplat"]
+
+
+def resolve_backend(backend: Backend, device_type: str) -> Literal["reference", "cpu", "gsplat"]:
+    """The backend "auto" picks for tensors on `device_type`: gsplat on CUDA when installed, the
+    numba path on CPU, the reference otherwise."""
+    if backend != "auto":
+        if backend not in ("reference", "cpu", "gsplat"):
+            raise ValueError(f"backend: expected 'auto', 'reference', 'cpu' or 'gsplat', got {backend!r}")
+        return backend
+    if device_type == "cuda":
+        return "gsplat" if gsplat_available() else "reference"
+    return "cpu" if device_type == "cpu" else "reference"
+
+
+def rasterize(
+    means: Tensor,
+    quats: Tensor,
+    scales: Tensor,
+    colors: Tensor,
+    opacities: Tensor,
+    Ks: Tensor,
+    X_WCs: Tensor,
+    width: int,
+    height: int,
+    background: Tensor | None = None,
+    backend: Backend = "auto",
+    *,
+    near: float = DEFAULT_NEAR,
+    far: float = DEFAULT_FAR,
+    static: StaticLayer | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Render world-frame 3D Gaussians into C pinhole cameras (differentiable).
+
+    Args:
+        means: (N,3) Gaussian centres in the world frame, m.
+        quats: (N,4) rotations wxyz, body-to-world of each Gaussian's principal axes (normalised here).
+        scales: (N,3) standard deviations along those axes, m (> 0).
+        colors: (N,3) RGB in [0, 1].
+        opacities: (N,) in [0, 1].
+        Ks: (C,3,3) intrinsics, px; pixel (x, y) is sampled at (x + 0.5, y + 0.5).
+        X_WCs: (C,4,4) camera-to-world poses, OpenCV axes (x right, y down, z forward).
+        width, height: image size, px.
+        background: composited behind: None (black, i.e. premultiplied output), a colour (3,) or (C,3),
+            or per-camera images (C,H,W,3).
+        backend: "reference" (plain PyTorch, dense), "cpu" (numba, tiled), "gsplat" (CUDA) or "auto".
+        near, far: Gaussians whose centre's camera depth is outside (near, far), m, are culled.
+        static: a pre-rendered layer of static Gaussians (see `render_static`), composited at its own
+            depth; not supported by the gsplat backend.
+
+    Returns:
+        rgb (C,H,W,3), alpha (C,H,W) accumulated opacity in [0, 1], and depth (C,H,W): the
+        alpha-normalised camera z-depth in m (0 where alpha is 0). Gradients flow to means, quats,
+        scales, colors and opacities (and to `background`); not into `static`.
+    """
+    check_inputs(means, quats, scales, colors, opacities, Ks, X_WCs, width, height)
+    chosen = resolve_backend(backend, means.device.type)
+    args = (means, quats, scales, colors, opacities, Ks, X_WCs, int(width), int(height), float(near), float(far))
+    if chosen == "gsplat":
+        if static is not None:
+            raise ValueError("static layers are not supported by the gsplat backend; render static Gaussians too")
+        acc, alpha = rasterize_gsplat(*args)
+    elif chosen == "cpu":
+        acc, alpha = rasterize_cpu(*args, static=static)
+    else:
+        acc, alpha = rasterize_reference(*args, static=static)
+    bg = background_image(background, Ks.shape[0], int(height), int(width), acc)
+    return compose(acc, alpha, bg)
+
+
+def render_static(
+    means: Tensor,
+    quats: Tensor,
+    scales: Tensor,
+    colors: Tensor,
+    opacities: Tensor,
+    Ks: Tensor,
+    X_WCs: Tensor,
+    width: int,
+    height: int,
+    backend: Backend = "auto",
+    *,
+    near: float = DEFAULT_NEAR,
+    far: float = DEFAULT_FAR,
+) -> StaticLayer:
+    """Pre-render Gaussians that never move (ground, table) into a per-camera layer for `rasterize(static=...)`.
+
+    Exact as long as no moving Gaussian sits between static ones along a ray (e.g. objects resting on
+    a table); otherwise the layer is composited as one surface at its expected depth.
+    """
+    check_inputs(means, quats, scales, colors, opacities, Ks, X_WCs, width, height)
+    chosen = resolve_backend(backend, means.device.type)
+    args = (means, quats, scales, colors, opacities, Ks, X_WCs, int(width), int(height), float(near), float(far))
+    if chosen == "gsplat":
+        acc, alpha = rasterize_gsplat(*args)
+    elif chosen == "cpu":
+        acc, alpha = rasterize_cpu(*args)
+    else:
+        acc, alpha = rasterize_reference(*args)
+    acc, alpha = acc.detach(), alpha.detach()
+    return StaticLayer(rgb=acc[..., :3], alpha=alpha, depth_acc=acc[..., 3])
