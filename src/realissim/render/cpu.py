@@ -74,11 +74,12 @@ class _Rasterize(torch.autograd.Function):
         depth = np.zeros((n_cams, n), dtype)
         radius = np.zeros((n_cams, n), np.int32)
         pk.project_forward(*arrays[:3], R_CW, t_CW, Ks64, width, height, near, far, mean2d, conic, depth, radius)
-        offsets, ids, rect = rk.bin_tiles(mean2d, radius, depth, width, height)
+        offsets, ids, rect = rk.bin_tiles(mean2d, conic, arrays[4], radius, depth, width, height)
+        order = rk.balanced_order(offsets, numba.get_num_threads())
         statics = _static_arrays(static, (n_cams, height, width), dtype)
         acc = np.empty((n_cams, height, width, 4), dtype)
         t_final = np.empty((n_cams, height, width), dtype)
-        rk.raster_forward(mean2d, conic, arrays[4], arrays[3], depth, rect, offsets, ids, *statics, acc, t_final)
+        rk.raster_forward(mean2d, conic, arrays[4], arrays[3], depth, rect, offsets, ids, order, *statics, acc, t_final)
         ctx.arrays = (arrays, R_CW, t_CW, Ks64, mean2d, conic, depth, radius, offsets, ids, rect, statics, acc, t_final)
         ctx.size = (width, height)
         return torch.from_numpy(acc), torch.from_numpy(1.0 - t_final)
@@ -92,8 +93,9 @@ class _Rasterize(torch.autograd.Function):
         dtype = means.dtype
         g_acc_np = _np(g_acc).astype(dtype, copy=False)
         g_alpha_np = _np(g_alpha).astype(dtype, copy=False)
+        order = rk.balanced_order(offsets, numba.get_num_threads())
         grads = rk.raster_backward(
-            mean2d, conic, opac, colors, depth, rect, offsets, ids, *statics, acc, t_final, g_acc_np, g_alpha_np
+            mean2d, conic, opac, colors, depth, rect, offsets, ids, order, *statics, acc, t_final, g_acc_np, g_alpha_np
         )
         g_mean2d, g_conic, g_depth, g_opac, g_colors = rk.reduce_grads(
             grads, offsets, ids, depth.shape[0], depth.shape[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -33,7 +34,9 @@ class Gaussians:
     @staticmethod
     def from_arrays(arrays: object, dtype: torch.dtype = torch.float32) -> Gaussians:
         """From any object with numpy attributes means, quats, scales, colors, opacities (e.g. GaussianArrays)."""
-        return Gaussians(**{f.name: torch.as_tensor(getattr(arrays, f.name), dtype=dtype) for f in fields(Gaussians)})
+        return Gaussians(
+            **{f.name: torch.tensor(np.asarray(getattr(arrays, f.name)), dtype=dtype) for f in fields(Gaussians)}
+        )
 
     def select(self, index: Tensor) -> Gaussians:
         """The subset given by a boolean mask or index tensor (N,)."""
