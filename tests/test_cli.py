@@ -38,4 +38,6 @@ def test_demo_runs_and_pushes_the_t_to_its_goal(tmp_path, capsys) -> None:
     assert report["t_goal_dist_end_m"] < 0.02 < report["t_goal_dist_start_m"]
     for name in ("scene.json", "model.xml", "states.npz", "config.json"):
         assert (tmp_path / name).exists()
+    assert (tmp_path / "views.png").read_bytes().startswith(b"\x89PNG")
+    assert report["render_backend"] == "cpu" and report["render_ms_median"] > 0
     assert "PushT twin physics demo" in capsys.readouterr().out

@@ -24,16 +24,19 @@ class Demo:
     seconds: float = 8.0
     """Simulated duration, s."""
     out: Path | None = Path("runs/demo")
-    """Folder for scene.json, model.xml, states.npz, config.json, report.json (None: write nothing)."""
+    """Folder for scene.json, model.xml, states.npz, config.json, report.json, views.png (None: write nothing)."""
     physics: PhysicsConfig = field(default_factory=PhysicsConfig)
     pusht: PushTConfig = field(default_factory=PushTConfig)
+    render_every: int = 4
+    """Render the scene's three cameras from the twin every this many frames (0: never); writes views.png."""
     progress: bool = True
     """Show a progress bar."""
 
     def run(self) -> int:
         from realissim.demo import PushDemoConfig, run_push_demo
 
-        report = run_push_demo(self.physics, self.pusht, PushDemoConfig(seconds=self.seconds), self.out, self.progress)
+        cfg = PushDemoConfig(seconds=self.seconds, render_every=self.render_every)
+        report = run_push_demo(self.physics, self.pusht, cfg, self.out, self.progress)
         width = max(len(k) for k in report)
         print("PushT twin physics demo")
         for key, value in report.items():

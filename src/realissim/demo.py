@@ -17,10 +17,12 @@ from realissim.assets.mjcf import scene_to_mjcf
 from realissim.assets.pusht import PushTConfig, pusht_scene
 from realissim.expert.scripted import joint_trajectory, sample_path
 from realissim.geometry import quat_to_mat, quat_yaw
+from realissim.images import grid, to_uint8, write_png
 from realissim.spec.io import save_scene
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
+from realissim.twin.views import TwinViews
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,9 @@ class PushDemoConfig:
     """Tip centre height above the table while pushing, m."""
     approach_gap: float = 0.05
     """Distance kept from the T's edge when the tip comes down behind it, m."""
+    render_every: int = 4
+    """Render the scene's cameras from the twin every this many frames (0: never); views.png shows the
+    first and last rendered frames."""
 
 
 def push_waypoints(scene: SceneSpec, tip_home: np.ndarray, cfg: PushDemoConfig) -> np.ndarray:
@@ -65,7 +70,7 @@ def push_waypoints(scene: SceneSpec, tip_home: np.ndarray, cfg: PushDemoConfig) 
 
 def run_push_demo(
     physics: PhysicsConfig, pusht: PushTConfig, cfg: PushDemoConfig, out: Path | None, progress: bool = True
-) -> dict[str, float]:
+) -> dict[str, float | str]:
     """Simulate the scripted push; returns the report (and writes scene, model, states, report to `out`)."""
     scene = pusht_scene(pusht)
     twin = TwinPhysics(scene, physics)
@@ -75,7 +80,8 @@ def run_push_demo(
     tips = sample_path(push_waypoints(scene, tip_home, cfg), cfg.speed, twin.dt, accel=2.0)
     targets = joint_trajectory(ik, tips, home, panda.VELOCITY_LIMIT, twin.dt)
     n_frames = max(1, round(cfg.seconds * physics.fps))
-    states, frame_s = [], []
+    views = TwinViews(scene, twin.model) if cfg.render_every > 0 else None
+    states, frame_s, render_s, frames = [], [], [], []
     start = twin.state()
     for i in tqdm(range(n_frames), desc="simulating", unit="frame", disable=not progress):
         twin.set_joint_targets(targets[min(i, len(targets) - 1)])
@@ -84,6 +90,11 @@ def run_push_demo(
         frame_s.append(time.perf_counter() - t0)
         s = twin.state()
         states.append(np.concatenate([s.object_pos[0], s.object_quat[0], s.q, s.q_des]))
+        if views is not None and (i % cfg.render_every == 0 or i == n_frames - 1):
+            t0 = time.perf_counter()
+            rgb, _, _ = views.render(twin.data)
+            render_s.append(time.perf_counter() - t0)
+            frames = [frames[0] if frames else rgb, rgb]
     end = twin.state()
     goal = scene.goals[0].pose
     yaw_err = float(quat_yaw(end.object_quat[0]) - quat_yaw(np.asarray(goal.quat)))
@@ -100,6 +111,10 @@ def run_push_demo(
         "t_goal_yaw_err_deg": math.degrees(math.atan2(math.sin(yaw_err), math.cos(yaw_err))),
         "t_height_end_m": float(end.object_pos[0, 2]),
     }
+    if views is not None:
+        report["render_backend"] = views.backend
+        report["render_cameras"] = f"{len(views.cameras)}×{views.width}×{views.height}"
+        report["render_ms_median"] = 1e3 * float(np.median(render_s[1:] if len(render_s) > 1 else render_s))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         save_scene(scene, out / "scene.json")
@@ -108,5 +123,7 @@ def run_push_demo(
         config = {"physics": asdict(physics), "pusht": asdict(pusht), "demo": asdict(cfg)}
         (out / "config.json").write_text(json.dumps(config, indent=2))
         (out / "report.json").write_text(json.dumps(report, indent=2))
-        log.info("wrote scene.json, model.xml, states.npz, config.json and report.json to %s", out)
+        if frames:
+            write_png(out / "views.png", grid([[to_uint8(img) for img in rgb.numpy()] for rgb in frames]))
+        log.info("wrote scene.json, model.xml, states.npz, config.json, report.json (and views.png) to %s", out)
     return report
