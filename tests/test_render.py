@@ -223,6 +223,8 @@ def test_cpu_static_layer_matches_reference() -> None:
         ("scales", lambda a: a[2].__setitem__((1, 1), -0.01)),
         ("Ks", lambda a: a.__setitem__(5, a[5][0])),
         ("X_WCs", lambda a: a[6].__setitem__((0, 0, 3), float("inf"))),
+        ("opacities", lambda a: a[4].__setitem__(0, 1.5)),
+        ("Ks", lambda a: a[5].__setitem__((0, 0, 0), -100.0)),
     ],
 )
 def test_bad_input_names_the_argument(field: str, mutate) -> None:
@@ -240,3 +242,7 @@ def test_unknown_backend_and_bad_background_are_rejected() -> None:
         rasterize(*scene, Ks, X_WCs, 16, 12, backend="opengl")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="background"):
         rasterize(*scene, Ks, X_WCs, 16, 12, background=torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="camera gradients"):
+        rasterize(*scene, Ks, X_WCs.clone().requires_grad_(), 16, 12, backend="cpu")
+    with pytest.raises(ValueError, match="float32 and float64"):
+        rasterize(*(t.half() for t in scene), Ks.half(), X_WCs.half(), 16, 12, backend="cpu")

@@ -26,7 +26,7 @@ def test_place_matches_scene_appearance(scene: SceneSpec) -> None:
     means, quats = place(
         local.means,
         local.quats,
-        torch.as_tensor(appearance.body_index),
+        torch.tensor(appearance.body_index),
         torch.as_tensor(data.xpos),
         torch.as_tensor(data.xquat),
     )

@@ -113,6 +113,10 @@ def check_inputs(
             raise ValueError(f"{name}: contains NaN or inf")
     if bool((scales <= 0).any()):
         raise ValueError("scales: must be > 0")
+    if bool(((opacities < 0) | (opacities > 1)).any()):
+        raise ValueError("opacities: must lie in [0, 1]")
+    if bool((Ks[:, 0, 0] <= 0).any() or (Ks[:, 1, 1] <= 0).any()):
+        raise ValueError("Ks: focal lengths fx, fy must be > 0")
     if bool((quats.norm(dim=-1) < 1e-8).any()):
         raise ValueError("quats: zero-length quaternion")
 

@@ -1,8 +1,10 @@
 """The fast CPU rasteriser: numba kernels behind a `torch.autograd.Function` with a hand-written backward.
 
 Cost scales with the pixels each Gaussian covers (16×16 tiles, per-Gaussian footprints), not with
-Gaussians × pixels. Kernels are compiled on first use and cached next to the package (a few seconds
-once per machine). They run on as many threads as torch is set to use.
+Gaussians × pixels. Kernels are compiled on first use and cached next to the package (about 20 s
+once per machine and dtype). They run on as many threads as torch is set to use, on numba's OpenMP
+layer, which (like any GNU OpenMP program) must not be used again in a child forked after it ran:
+start worker processes with the "spawn" method.
 """
 
 from __future__ import annotations
@@ -126,6 +128,10 @@ def rasterize_cpu(
     global _warm
     if means.device.type != "cpu":
         raise ValueError(f"backend 'cpu' needs CPU tensors, got {means.device}")
+    if means.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"means: backend 'cpu' supports float32 and float64, got {means.dtype}")
+    if Ks.requires_grad or X_WCs.requires_grad:
+        raise ValueError("Ks, X_WCs: backend 'cpu' has no camera gradients; use backend='reference' for them")
     if not _warm:
         start = time.perf_counter()
         log.info("compiling the CPU rasteriser kernels (cached after the first run)")
