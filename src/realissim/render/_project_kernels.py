@@ -16,9 +16,6 @@ from numba import njit, prange
 
 from realissim.render.common import EPS2D, FOV_CLAMP
 
-_SYM = (0, 1, 2, 1, 3, 4, 2, 4, 5)
-"""Row-major 3×3 index → position in a symmetric 6-tuple."""
-
 
 @njit(cache=True, error_model="numpy")
 def _rotmat(q0, q1, q2, q3):
@@ -34,28 +31,54 @@ def _rotmat(q0, q1, q2, q3):
 
 
 @njit(cache=True, error_model="numpy")
-def _sandwich_entry(A, S, k, m, transpose):
-    """Entry (k, m) of A S Aᵀ (or Aᵀ S A when transpose) for 3×3 A and symmetric S as a 6-tuple."""
-    acc = 0.0
-    for i in range(3):
-        aki = A[i, k] if transpose else A[k, i]
-        for j in range(3):
-            amj = A[j, m] if transpose else A[m, j]
-            sij = S[_SYM[i * 3 + j]]
-            acc += aki * sij * amj
-    return acc
+def _sandwich_nt(A, S):
+    """A S Aᵀ as a 6-tuple, for a 3×3 array A and symmetric S as a 6-tuple."""
+    s0, s1, s2, s3, s4, s5 = S
+    a00, a01, a02 = A[0, 0], A[0, 1], A[0, 2]
+    a10, a11, a12 = A[1, 0], A[1, 1], A[1, 2]
+    a20, a21, a22 = A[2, 0], A[2, 1], A[2, 2]
+    w00 = a00 * s0 + a01 * s1 + a02 * s2
+    w01 = a00 * s1 + a01 * s3 + a02 * s4
+    w02 = a00 * s2 + a01 * s4 + a02 * s5
+    w10 = a10 * s0 + a11 * s1 + a12 * s2
+    w11 = a10 * s1 + a11 * s3 + a12 * s4
+    w12 = a10 * s2 + a11 * s4 + a12 * s5
+    w20 = a20 * s0 + a21 * s1 + a22 * s2
+    w21 = a20 * s1 + a21 * s3 + a22 * s4
+    w22 = a20 * s2 + a21 * s4 + a22 * s5
+    return (
+        w00 * a00 + w01 * a01 + w02 * a02,
+        w00 * a10 + w01 * a11 + w02 * a12,
+        w00 * a20 + w01 * a21 + w02 * a22,
+        w10 * a10 + w11 * a11 + w12 * a12,
+        w10 * a20 + w11 * a21 + w12 * a22,
+        w20 * a20 + w21 * a21 + w22 * a22,
+    )
 
 
 @njit(cache=True, error_model="numpy")
-def _sandwich(A, S, transpose):
-    """A S Aᵀ (or Aᵀ S A when transpose) as a 6-tuple, for 3×3 A and symmetric S as a 6-tuple."""
+def _sandwich_t(A, S):
+    """Aᵀ S A as a 6-tuple, for a 3×3 array A and symmetric S as a 6-tuple."""
+    s0, s1, s2, s3, s4, s5 = S
+    a00, a01, a02 = A[0, 0], A[0, 1], A[0, 2]
+    a10, a11, a12 = A[1, 0], A[1, 1], A[1, 2]
+    a20, a21, a22 = A[2, 0], A[2, 1], A[2, 2]
+    w00 = a00 * s0 + a10 * s1 + a20 * s2
+    w01 = a00 * s1 + a10 * s3 + a20 * s4
+    w02 = a00 * s2 + a10 * s4 + a20 * s5
+    w10 = a01 * s0 + a11 * s1 + a21 * s2
+    w11 = a01 * s1 + a11 * s3 + a21 * s4
+    w12 = a01 * s2 + a11 * s4 + a21 * s5
+    w20 = a02 * s0 + a12 * s1 + a22 * s2
+    w21 = a02 * s1 + a12 * s3 + a22 * s4
+    w22 = a02 * s2 + a12 * s4 + a22 * s5
     return (
-        _sandwich_entry(A, S, 0, 0, transpose),
-        _sandwich_entry(A, S, 0, 1, transpose),
-        _sandwich_entry(A, S, 0, 2, transpose),
-        _sandwich_entry(A, S, 1, 1, transpose),
-        _sandwich_entry(A, S, 1, 2, transpose),
-        _sandwich_entry(A, S, 2, 2, transpose),
+        w00 * a00 + w01 * a10 + w02 * a20,
+        w00 * a01 + w01 * a11 + w02 * a21,
+        w00 * a02 + w01 * a12 + w02 * a22,
+        w10 * a01 + w11 * a11 + w12 * a21,
+        w10 * a02 + w11 * a12 + w12 * a22,
+        w20 * a02 + w21 * a12 + w22 * a22,
     )
 
 
@@ -89,7 +112,7 @@ def _project_one(mean, q, s, R, t_cw, K, lims):
         r[3] * r[6] * s2[0] + r[4] * r[7] * s2[1] + r[5] * r[8] * s2[2],
         r[6] * r[6] * s2[0] + r[7] * r[7] * s2[1] + r[8] * r[8] * s2[2],
     )
-    sc = _sandwich(R, sw, False)
+    sc = _sandwich_nt(R, sw)
     tz = t[2]
     fx, fy = K[0, 0], K[1, 1]
     u, v = t[0] / tz, t[1] / tz
@@ -135,12 +158,19 @@ def project_forward(means, quats, scales, R_CW, t_CW, Ks, width, height, near, f
 
 
 @njit(cache=True, error_model="numpy")
-def _grad_m(gs, r, row, col):
-    """(dL/dM)[row, col] / s[col] = 2 (G_Σ Rq)[row, col] for M = Rq S, from dL/dΣ_world as a 6-tuple."""
-    acc = 0.0
-    for k in range(3):
-        acc += gs[_SYM[row * 3 + k]] * r[3 * k + col]
-    return 2.0 * acc
+def _grad_m(gs, r):
+    """2 G_Σ Rq (row-major 9-tuple) from dL/dΣ_world gs (6-tuple): dL/dM = this · S for M = Rq S."""
+    return (
+        2.0 * (gs[0] * r[0] + gs[1] * r[3] + gs[2] * r[6]),
+        2.0 * (gs[0] * r[1] + gs[1] * r[4] + gs[2] * r[7]),
+        2.0 * (gs[0] * r[2] + gs[1] * r[5] + gs[2] * r[8]),
+        2.0 * (gs[1] * r[0] + gs[3] * r[3] + gs[4] * r[6]),
+        2.0 * (gs[1] * r[1] + gs[3] * r[4] + gs[4] * r[7]),
+        2.0 * (gs[1] * r[2] + gs[3] * r[5] + gs[4] * r[8]),
+        2.0 * (gs[2] * r[0] + gs[4] * r[3] + gs[5] * r[6]),
+        2.0 * (gs[2] * r[1] + gs[4] * r[4] + gs[5] * r[7]),
+        2.0 * (gs[2] * r[2] + gs[4] * r[5] + gs[5] * r[8]),
+    )
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
@@ -196,18 +226,17 @@ def project_backward(means, quats, scales, R_CW, t_CW, Ks, width, height, radius
             gtz += -(gm0 * fx * tx + gm1 * fy * ty) / (tz * tz) + g_depth[c, i]
             for k in range(3):
                 g_means[i, k] += R[0, k] * gtx + R[1, k] * gty + R[2, k] * gtz
-            gs = _sandwich(R, g_sc, True)
+            gs = _sandwich_t(R, g_sc)
             s = (scales[i, 0], scales[i, 1], scales[i, 2])
+            m = _grad_m(gs, r)
             g = (
-                _grad_m(gs, r, 0, 0) * s[0] * s[0], _grad_m(gs, r, 0, 1) * s[1] * s[1],
-                _grad_m(gs, r, 0, 2) * s[2] * s[2], _grad_m(gs, r, 1, 0) * s[0] * s[0],
-                _grad_m(gs, r, 1, 1) * s[1] * s[1], _grad_m(gs, r, 1, 2) * s[2] * s[2],
-                _grad_m(gs, r, 2, 0) * s[0] * s[0], _grad_m(gs, r, 2, 1) * s[1] * s[1],
-                _grad_m(gs, r, 2, 2) * s[2] * s[2],
+                m[0] * s[0] * s[0], m[1] * s[1] * s[1], m[2] * s[2] * s[2],
+                m[3] * s[0] * s[0], m[4] * s[1] * s[1], m[5] * s[2] * s[2],
+                m[6] * s[0] * s[0], m[7] * s[1] * s[1], m[8] * s[2] * s[2],
             )  # fmt: skip
-            for col in range(3):
-                for row in range(3):
-                    g_scales[i, col] += _grad_m(gs, r, row, col) * s[col] * r[3 * row + col]
+            g_scales[i, 0] += s[0] * (m[0] * r[0] + m[3] * r[3] + m[6] * r[6])
+            g_scales[i, 1] += s[1] * (m[1] * r[1] + m[4] * r[4] + m[7] * r[7])
+            g_scales[i, 2] += s[2] * (m[2] * r[2] + m[5] * r[5] + m[8] * r[8])
             w, x, y, z = qn
             gw = 2 * (-z * g[1] + y * g[2] + z * g[3] - x * g[5] - y * g[6] + x * g[7])
             gx = 2 * (y * g[1] + z * g[2] + y * g[3] - 2 * x * g[4] - w * g[5] + z * g[6] + w * g[7] - 2 * x * g[8])
