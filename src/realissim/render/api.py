@@ -26,6 +26,19 @@ def resolve_backend(backend: Backend, device_type: str) -> Literal["reference", 
     return "cpu" if device_type == "cpu" else "reference"
 
 
+def _accumulate(args: tuple, backend: Backend, static: StaticLayer | None) -> tuple[Tensor, Tensor]:
+    """Check the inputs, pick the backend and return its accumulated features (C,H,W,4) and alpha (C,H,W)."""
+    check_inputs(*args[:9])
+    chosen = resolve_backend(backend, args[0].device.type)
+    if chosen == "gsplat":
+        if static is not None:
+            raise ValueError("static layers are not supported by the gsplat backend; render static Gaussians too")
+        return rasterize_gsplat(*args)
+    if chosen == "cpu":
+        return rasterize_cpu(*args, static=static)
+    return rasterize_reference(*args, static=static)
+
+
 def rasterize(
     means: Tensor,
     quats: Tensor,
@@ -66,17 +79,8 @@ def rasterize(
         alpha-normalised camera z-depth in m (0 where alpha is 0). Gradients flow to means, quats,
         scales, colors and opacities (and to `background`); not into `static`.
     """
-    check_inputs(means, quats, scales, colors, opacities, Ks, X_WCs, width, height)
-    chosen = resolve_backend(backend, means.device.type)
     args = (means, quats, scales, colors, opacities, Ks, X_WCs, int(width), int(height), float(near), float(far))
-    if chosen == "gsplat":
-        if static is not None:
-            raise ValueError("static layers are not supported by the gsplat backend; render static Gaussians too")
-        acc, alpha = rasterize_gsplat(*args)
-    elif chosen == "cpu":
-        acc, alpha = rasterize_cpu(*args, static=static)
-    else:
-        acc, alpha = rasterize_reference(*args, static=static)
+    acc, alpha = _accumulate(args, backend, static)
     bg = background_image(background, Ks.shape[0], int(height), int(width), acc)
     return compose(acc, alpha, bg)
 
@@ -101,14 +105,7 @@ def render_static(
     Exact as long as no moving Gaussian sits between static ones along a ray (e.g. objects resting on
     a table); otherwise the layer is composited as one surface at its expected depth.
     """
-    check_inputs(means, quats, scales, colors, opacities, Ks, X_WCs, width, height)
-    chosen = resolve_backend(backend, means.device.type)
     args = (means, quats, scales, colors, opacities, Ks, X_WCs, int(width), int(height), float(near), float(far))
-    if chosen == "gsplat":
-        acc, alpha = rasterize_gsplat(*args)
-    elif chosen == "cpu":
-        acc, alpha = rasterize_cpu(*args)
-    else:
-        acc, alpha = rasterize_reference(*args)
+    acc, alpha = _accumulate(args, backend, None)
     acc, alpha = acc.detach(), alpha.detach()
     return StaticLayer(rgb=acc[..., :3], alpha=alpha, depth_acc=acc[..., 3])

@@ -7,7 +7,6 @@ activation checkpointing when gradients are needed, so memory stays bounded on l
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -192,5 +191,4 @@ def _static_pixels(static: StaticLayer | None, cam: int) -> tuple[Tensor | None,
         return None, None, None
     alpha = static.alpha[cam].reshape(-1).detach()
     feat = static.features()[cam].reshape(-1, 4).detach()
-    depth = static.depth[cam].reshape(-1).detach()
-    return alpha, feat, torch.where(torch.isfinite(depth), depth, torch.full_like(depth, math.inf))
+    return alpha, feat, static.depth[cam].reshape(-1).detach()
