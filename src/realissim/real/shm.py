@@ -12,7 +12,7 @@ import contextlib
 import secrets
 import time
 from dataclasses import dataclass, field
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 
 import numpy as np
 
@@ -104,9 +104,9 @@ class SharedSegment:
             self.shm = shared_memory.SharedMemory(name=_fresh_name(), create=True, size=layout.size)
             np.ndarray((layout.size,), np.uint8, self.shm.buf)[:] = 0
         else:
+            # Attaching registers the name with the resource tracker again; processes we spawn share the
+            # owner's tracker, whose registry is a set, so that is harmless and the owner's unlink clears it.
             self.shm = shared_memory.SharedMemory(name=name)
-            # The attaching process must not let its resource tracker unlink the owner's segment.
-            resource_tracker.unregister(self.shm._name, "shared_memory")  # type: ignore[attr-defined]
         self.name: str = self.shm.name
         """The segment's name (pass it to the other process)."""
         self.blocks = {b.name: SeqBlock(self.shm.buf, layout, b) for b in layout.blocks}

@@ -1,0 +1,339 @@
+"""The reality gap: how the surrogate real world differs from the scene description the twin is given.
+
+A `GapProfile` is read from a JSON file (`load_gap`) with the project's strict codec: unknown keys,
+wrong types, NaN/inf and out-of-range values are errors (`SpecError`) naming the field, e.g.
+`arm.latency: must be ≥ 0, got -0.1`. Every key but a disturbance's "kind" is optional; a missing key
+takes the default below, so `{}` is the default profile (`default_gap.json` beside this module is that
+profile written out). An object entry naming no object of the scene is logged and ignored, so the
+default profile fits any scene.
+
+Format (SI units: m, kg, s, rad; px for image coordinates; intensities on the 0–255 scale)::
+
+    {
+      "objects": [                        # matched by object name; "*" = every object not named
+        {"name": "tblock", "t_block": {"bar_length": 0.2, ...},   # exact T boxes (null: sphere set)
+         "friction_scale": 0.85, "mass_scale": 1.1, "com_offset": [0.004, -0.003, 0.0]},
+        {"name": "*", "friction_scale": 1.15, "mass_scale": 1.08, "com_offset": [0.002, 0.002, 0.0]}
+      ],
+      "arm": {"control_rate": 1000.0, "kp": [7 values], "kv": [7 values], "latency": 0.004,
+              "joint_friction": [7 values], "joint_offset": [7 values], "gravity_compensation": 1.0,
+              "feedforward_filter": 0.01},
+      "cameras": [{"name": "*", "noise_std": 2.0, "exposure": 1.06, "white_balance": [1.04, 1.0, 0.94],
+                   "rotation_error": [0.005, -0.006, 0.003], "translation_error": [0.002, -0.002, 0.0015],
+                   "focal_scale": 1.008, "principal_offset": [1.5, -1.0]}],
+      "lighting": {"key_direction": [...], "key_color": [...], "fill_direction": [...], "fill_color": [...],
+                   "ambient": [...], "headlight": 0.12, "specular": 0.25, "shadow_size": 0},
+      "disturbances": [
+        {"kind": "move_object", "at": 2.0, "object": "tblock", "displacement": [0.03, 0.0, 0.0],
+         "rotation": 0.3},
+        {"kind": "occlude", "at": 3.0, "duration": 1.0, "camera": "front", "center": [0.4, 0.6], "size": 0.35},
+        {"kind": "drop_frame", "at": 4.0}, {"kind": "lighting", "at": 5.0, "duration": 2.0, "intensity": 0.5}
+      ],
+      "version": 1
+    }
+
+Calibration errors are what reality adds to what the twin is told: the true camera pose is
+X_WC_told · [R(rotation_error) | translation_error] (both in the told camera's frame), the true focal
+lengths are the told ones × focal_scale, the true principal point is the told one + principal_offset.
+The arm's encoders read q_true + joint_offset; its controller drives the encoder reading to the command.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from realissim.assets.pusht import TBlock
+from realissim.spec.codec import from_dict, to_dict
+from realissim.spec.errors import SpecError
+
+Vec2 = tuple[float, float]
+Vec3 = tuple[float, float, float]
+WILDCARD = "*"
+"""Name of the entry that applies to every object (camera) no other entry names."""
+DEFAULT_GAP_PATH = Path(__file__).with_name("default_gap.json")
+"""The default profile as a JSON file (equal to `GapProfile()`)."""
+
+DisturbanceKind = Literal["move_object", "drop_frame", "delay_frame", "occlude", "lighting", "freeze_camera"]
+
+
+def _require(ok: bool, name: str, reason: str) -> None:
+    if not ok:
+        raise SpecError(name, reason)
+
+
+def _positive(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        values = value if isinstance(value, tuple) else (value,)
+        _require(all(v > 0 for v in values), name, f"must be > 0, got {value}")
+
+
+def _non_negative(obj: object, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        values = value if isinstance(value, tuple) else (value,)
+        _require(all(v >= 0 for v in values), name, f"must be ≥ 0, got {value}")
+
+
+def _check_name(name: str) -> None:
+    _require(bool(name.strip()), "name", "must be a non-empty name (or '*')")
+
+
+@dataclass(frozen=True)
+class ObjectGap:
+    """The real object behind one scene object: its exact shape and its true physical parameters."""
+
+    name: str = WILDCARD
+    """Scene object this entry applies to; "*" applies to every object without its own entry."""
+    t_block: TBlock | None = None
+    """Exact collision geometry: the T's boxes with these dimensions (m); null: the scene's sphere set."""
+    friction_scale: float = 1.0
+    """True sliding friction = scene friction × this."""
+    mass_scale: float = 1.0
+    """True mass = scene mass × this (inertia scales with it)."""
+    com_offset: Vec3 = (0.0, 0.0, 0.0)
+    """True centre of mass − described centre of mass, body frame, m."""
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        _positive(self, "friction_scale", "mass_scale")
+        if self.t_block is not None:
+            t = self.t_block
+            dims = (t.bar_length, t.bar_width, t.stem_width, t.stem_length, t.height)
+            _require(min(dims) > 0, "t_block", f"dimensions must be > 0, got {dims}")
+
+
+@dataclass(frozen=True)
+class ArmGap:
+    """The real arm's own joint controller and the small errors of its hardware (joint order of the robot)."""
+
+    control_rate: float = 1000.0
+    """Joint controller rate, Hz (the physics runs at this rate too)."""
+    kp: tuple[float, ...] = (3600.0, 3600.0, 2800.0, 2800.0, 1600.0, 1600.0, 1600.0)
+    """Stiffness per joint, N·m/rad (finite; 0.8 × the twin's servo)."""
+    kv: tuple[float, ...] = (160.0, 160.0, 110.0, 110.0, 36.0, 36.0, 27.0)
+    """Damping per joint on the velocity error, N·m·s/rad (0.9 × the twin's)."""
+    latency: float = 0.004
+    """Time from a command being sent to the controller acting on it, s (rounded to whole control ticks)."""
+    joint_friction: tuple[float, ...] = (0.5, 0.5, 0.4, 0.4, 0.25, 0.25, 0.2)
+    """Coulomb friction per joint, N·m (MuJoCo frictionloss)."""
+    joint_offset: tuple[float, ...] = (0.0005, -0.0008, 0.0005, 0.001, -0.0005, 0.0008, -0.0004)
+    """Encoder calibration error per joint: reading − true angle, rad."""
+    gravity_compensation: float = 1.0
+    """Fraction of the links' weight the controller cancels (1: its model is exact)."""
+    feedforward_filter: float = 0.01
+    """Time constant of the low-pass on the command's rate of change used as the velocity target, s
+    (0: no velocity feed-forward, damping acts on q̇ alone)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "control_rate", "kp", "kv")
+        _non_negative(self, "latency", "joint_friction", "feedforward_filter", "gravity_compensation")
+        for name in ("kv", "joint_friction", "joint_offset"):
+            n = len(getattr(self, name))
+            _require(n == len(self.kp), name, f"must have one value per joint ({len(self.kp)} in kp), got {n}")
+        _require(self.gravity_compensation <= 1.5, "gravity_compensation", "must be ≤ 1.5")
+
+    @property
+    def control_dt(self) -> float:
+        """Control period, s."""
+        return 1.0 / self.control_rate
+
+
+@dataclass(frozen=True)
+class CameraGap:
+    """One real camera's image formation and calibration error relative to what the twin is told."""
+
+    name: str = WILDCARD
+    """Scene camera this entry applies to; "*" applies to every camera without its own entry."""
+    noise_std: float = 2.0
+    """Standard deviation of per-pixel, per-channel Gaussian noise, intensity units (0–255)."""
+    exposure: float = 1.06
+    """Gain on all channels (1: as rendered)."""
+    white_balance: Vec3 = (1.04, 1.0, 0.94)
+    """Gain per channel R, G, B (a warm cast)."""
+    rotation_error: Vec3 = (0.005, -0.006, 0.003)
+    """True orientation relative to the told one, rotation vector in the told camera's frame, rad (~0.5°)."""
+    translation_error: Vec3 = (0.002, -0.002, 0.0015)
+    """True position − told position, in the told camera's frame, m (~3 mm)."""
+    focal_scale: float = 1.008
+    """True focal lengths = told × this."""
+    principal_offset: Vec2 = (1.5, -1.0)
+    """True principal point − told, px at the scene camera's resolution (scaled with the image)."""
+
+    def __post_init__(self) -> None:
+        _check_name(self.name)
+        _non_negative(self, "noise_std")
+        _positive(self, "exposure", "white_balance", "focal_scale")
+
+
+@dataclass(frozen=True)
+class LightingGap:
+    """The real room's lights (the twin's renderer knows nothing of them)."""
+
+    key_direction: Vec3 = (0.45, 0.3, -1.0)
+    """Direction the main (shadow-casting) directional light shines in, world frame (normalised on use)."""
+    key_color: Vec3 = (0.72, 0.68, 0.6)
+    """Diffuse RGB of the key light, warm."""
+    fill_direction: Vec3 = (-0.6, -0.5, -1.0)
+    """Direction of the fill light, world frame."""
+    fill_color: Vec3 = (0.22, 0.24, 0.3)
+    """Diffuse RGB of the fill light, cool."""
+    ambient: Vec3 = (0.16, 0.16, 0.17)
+    """Ambient RGB added by the key light."""
+    headlight: float = 0.12
+    """Diffuse intensity of a light at each camera (grey)."""
+    specular: float = 0.25
+    """Specular intensity of the directional lights."""
+    shadow_size: int = 0
+    """Shadow map size of the key light, px (0: no shadows). Shadows cost ~6 ms (256) to ~13 ms (1024) per
+    camera image on a llvmpipe CPU, against ~2 ms for a 160×90 image without, so they are off by default."""
+
+    def __post_init__(self) -> None:
+        _non_negative(self, "key_color", "fill_color", "ambient", "headlight", "specular", "shadow_size")
+        for name in ("key_direction", "fill_direction"):
+            _require(getattr(self, name)[2] < 0, name, "must point downwards (negative z)")
+
+
+@dataclass(frozen=True)
+class Disturbance:
+    """Something that happens to the real world at time `at`: scheduled in a profile or injected live.
+
+    Kinds: "move_object" (an unseen hand moves `object` by `displacement` and `rotation` about world z
+    through its origin, and stops it); "drop_frame" (`camera`, or every camera if null, delivers no new
+    frame); "delay_frame" (it delivers the previous frame's image); "freeze_camera" (it delivers the
+    same image again and again, with fresh timestamps); "occlude" (a hand-like blob covers part of
+    `camera`'s view); "lighting" (all lights are scaled by `intensity`; the lights are shared, so
+    `camera` is ignored).
+    """
+
+    kind: DisturbanceKind
+    """What happens."""
+    at: float = 0.0
+    """Time it starts, s (world time; it takes effect at the first frame at or after it)."""
+    duration: float = 0.0
+    """How long it lasts, s (at least one frame; ignored for move_object)."""
+    camera: str | None = None
+    """Camera it affects (null: every camera); required for occlude."""
+    object: str | None = None
+    """Object it moves; required for move_object."""
+    displacement: Vec3 = (0.0, 0.0, 0.0)
+    """move_object: world-frame translation, m."""
+    rotation: float = 0.0
+    """move_object: rotation about world z through the object's origin, rad."""
+    center: Vec2 = (0.5, 0.5)
+    """occlude: centre of the hand's palm, fraction of image width and height."""
+    size: float = 0.35
+    """occlude: length of the palm and fingers, fraction of image height."""
+    intensity: float = 0.5
+    """lighting: factor on every light."""
+
+    def __post_init__(self) -> None:
+        _non_negative(self, "at", "duration")
+        _positive(self, "size", "intensity")
+        if self.kind == "move_object":
+            _require(self.object is not None, "object", "move_object needs the object's name")
+        if self.kind == "occlude":
+            _require(self.camera is not None, "camera", "occlude needs the camera's name")
+        moved = any(self.displacement) or self.rotation != 0.0
+        _require(self.kind == "move_object" or not moved, "displacement", f"only for move_object, not {self.kind}")
+
+
+@dataclass(frozen=True)
+class GapProfile:
+    """The whole reality gap of a surrogate world; the defaults are the shipped default profile."""
+
+    objects: tuple[ObjectGap, ...] = (
+        ObjectGap(
+            name="tblock", t_block=TBlock(), friction_scale=0.85, mass_scale=1.1, com_offset=(0.004, -0.003, 0.0)
+        ),
+        ObjectGap(name=WILDCARD, friction_scale=1.15, mass_scale=1.08, com_offset=(0.002, 0.002, 0.0)),
+    )
+    """Per object, by name; objects matching no entry are as described."""
+    arm: ArmGap = field(default_factory=ArmGap)
+    cameras: tuple[CameraGap, ...] = (CameraGap(),)
+    """Per camera, by name; cameras matching no entry are perfect."""
+    lighting: LightingGap = field(default_factory=LightingGap)
+    disturbances: tuple[Disturbance, ...] = ()
+    """Scheduled disturbances, in any order."""
+    version: int = 1
+
+    def __post_init__(self) -> None:
+        _require(self.version == 1, "version", f"unsupported gap format version {self.version} (expected 1)")
+        for key, entries in (("objects", self.objects), ("cameras", self.cameras)):
+            names = [e.name for e in entries]
+            for i, name in enumerate(names):
+                _require(name not in names[:i], f"{key}[{i}].name", f"duplicate name {name!r}")
+
+    def object_gap(self, name: str) -> ObjectGap:
+        """The entry for object `name`: its own, else the wildcard, else no gap."""
+        return _lookup(self.objects, name, ObjectGap())
+
+    def camera_gap(self, name: str) -> CameraGap:
+        """The entry for camera `name`: its own, else the wildcard, else a perfect camera."""
+        perfect = CameraGap(
+            noise_std=0.0,
+            exposure=1.0,
+            white_balance=(1.0, 1.0, 1.0),
+            rotation_error=(0.0, 0.0, 0.0),
+            translation_error=(0.0, 0.0, 0.0),
+            focal_scale=1.0,
+            principal_offset=(0.0, 0.0),
+        )
+        return _lookup(self.cameras, name, perfect)
+
+
+def _lookup(entries: tuple[Any, ...], name: str, fallback: Any) -> Any:
+    by_name = {e.name: e for e in entries}
+    return by_name.get(name, by_name.get(WILDCARD, fallback))
+
+
+def _reject_constant(token: str) -> float:
+    raise SpecError("", f"JSON constant {token} is not allowed (values must be finite)")
+
+
+def gap_from_dict(data: Any) -> GapProfile:
+    """Validate a JSON-like dict and build the profile; raises `SpecError` naming the bad field."""
+    return from_dict(GapProfile, data)
+
+
+def gap_to_dict(gap: GapProfile) -> dict[str, Any]:
+    """The profile as plain JSON types; `gap_from_dict(gap_to_dict(g)) == g`."""
+    return to_dict(gap)
+
+
+def gap_from_json(text: str) -> GapProfile:
+    """Parse JSON text into a validated profile; any problem is a `SpecError`."""
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as err:
+        raise SpecError("", f"invalid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
+    return gap_from_dict(data)
+
+
+def gap_to_json(gap: GapProfile) -> str:
+    """Indented JSON text that reads back to an equal profile (floats round-trip exactly)."""
+    return json.dumps(gap_to_dict(gap), indent=2, allow_nan=False) + "\n"
+
+
+def load_gap(path: str | Path) -> GapProfile:
+    """Read and validate a gap profile JSON file; errors name the file and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError("", f"cannot read gap profile {path}: {err}") from None
+    try:
+        return gap_from_json(text)
+    except SpecError as err:
+        raise SpecError(err.field, f"{err.reason} (in {path})") from None
+
+
+def save_gap(gap: GapProfile, path: str | Path) -> None:
+    """Write the profile as JSON, atomically (a temporary file renamed over the target)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(gap_to_json(gap), encoding="utf-8")
+    tmp.replace(path)
