@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from realissim.real import CameraStalledError
+from realissim.real.follower import Follower, standard_trajectory
 from realissim.real.gap import Disturbance
 from realissim.real.shm import SHM_PREFIX
 from realissim.real.surrogate_process import (
@@ -142,6 +143,21 @@ def test_realtime_runs_on_the_wall_clock(scene: SceneSpec) -> None:
         with pytest.raises(RuntimeError, match="lock-step"):
             world.step()
         assert world.oracle.read().q[0] > scene.robot.home[0] + 0.02
+
+
+def test_follower_tracks_the_standard_trajectory_on_the_surrogate_arm(scene: SceneSpec) -> None:
+    # Measured: RMS 0.0107 rad, max 0.0184 rad (one frame of lag at 0.94 rad/s, plus the arm's 4 ms latency
+    # and finite gains); the bounds leave a margin.
+    with Surrogate(scene, SurrogateConfig(render=False)) as world:
+        follower = Follower(world.robot.description)
+        start = world.robot.read().q
+        follower.reset(start)
+        for k in range(361):
+            q_sim, qd_sim = standard_trajectory(k / 60, start)
+            assert follower.follow(world.robot, q_sim, qd_sim).mode == "track"
+            world.step()
+    stats = follower.tracking.summary()
+    assert stats["rms_rad"] < 0.015 and stats["max_rad"] < 0.025, stats
 
 
 @pytest.mark.slow

@@ -1,5 +1,13 @@
 """The real side: Robot and Camera interfaces, the follower, and the surrogate real world."""
 
+from realissim.real.follower import (
+    Follower,
+    FollowerConfig,
+    FollowerStep,
+    RuckigFailedError,
+    TrackingStats,
+    standard_trajectory,
+)
 from realissim.real.gap import (
     DEFAULT_GAP_PATH,
     ArmGap,
@@ -34,6 +42,9 @@ __all__ = [
     "CameraStalledError",
     "Clock",
     "Disturbance",
+    "Follower",
+    "FollowerConfig",
+    "FollowerStep",
     "GapProfile",
     "JointState",
     "LightingGap",
@@ -41,9 +52,12 @@ __all__ = [
     "ObjectGap",
     "Robot",
     "RobotDescription",
+    "RuckigFailedError",
+    "TrackingStats",
     "WallClock",
     "gap_from_dict",
     "gap_to_dict",
     "load_gap",
     "save_gap",
+    "standard_trajectory",
 ]

@@ -16,6 +16,8 @@ from types import TracebackType
 import numpy as np
 from numpy.typing import ArrayLike
 
+from realissim.spec.scene import RobotSpec
+
 
 class Clock(ABC):
     """The runtime's time base, seconds."""
@@ -66,6 +68,19 @@ class RobotDescription:
     @property
     def dof(self) -> int:
         return len(self.joint_names)
+
+    @staticmethod
+    def from_spec(robot: RobotSpec) -> RobotDescription:
+        """The description of a scene's robot, from its joints' limits."""
+        joints = robot.joints
+        return RobotDescription(
+            joint_names=tuple(j.name for j in joints),
+            q_lower=np.array([j.lower for j in joints]),
+            q_upper=np.array([j.upper for j in joints]),
+            velocity=np.array([j.velocity for j in joints]),
+            acceleration=np.array([j.acceleration for j in joints]),
+            jerk=np.array([j.jerk for j in joints]),
+        )
 
 
 class NotConnectedError(RuntimeError):

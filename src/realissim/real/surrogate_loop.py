@@ -44,7 +44,12 @@ class _Publisher:
         blocks["robot"].write(q=q, qd=qd, stamp=now)
         truth = self.world.oracle()
         blocks["oracle"].write(
-            time=truth.time, object_pos=truth.object_pos, object_quat=truth.object_quat, q=truth.q, qd=truth.qd
+            time=truth.time,
+            object_pos=truth.object_pos,
+            object_quat=truth.object_quat,
+            q=truth.q,
+            qd=truth.qd,
+            q_command=truth.q_command,
         )
         if self.camera_index:
             for c, result in enumerate(self.world.render_cameras()):

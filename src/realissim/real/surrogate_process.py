@@ -42,6 +42,7 @@ from realissim.real.interfaces import (
     RobotDescription,
 )
 from realissim.real.shm import ArraySpec, BlockSpec, SharedSegment, ShmLayout
+from realissim.real.surrogate_world import OracleState
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
 
@@ -96,6 +97,7 @@ def _layout(n_cams: int, width: int, height: int, n_objects: int, dof: int) -> S
                 ArraySpec("object_quat", (n_objects, 4), f8),
                 ArraySpec("q", (dof,), f8),
                 ArraySpec("qd", (dof,), f8),
+                ArraySpec("q_command", (dof,), f8),
             ),
         ),
         BlockSpec("clock", (ArraySpec("time", (), f8), ArraySpec("frame", (), i8))),
@@ -110,34 +112,13 @@ def _layout(n_cams: int, width: int, height: int, n_objects: int, dof: int) -> S
     return ShmLayout(tuple(blocks))
 
 
-@dataclass(frozen=True)
-class OracleState:
-    """Ground truth (evaluation only): time s, object poses pos (K,3) m and quat (K,4) wxyz, arm q, qd (7,)."""
-
-    time: float
-    object_names: tuple[str, ...]
-    object_pos: np.ndarray
-    object_quat: np.ndarray
-    q: np.ndarray
-    qd: np.ndarray
-
-
 class Surrogate:
     """Owner of the surrogate process and its handles: `robot`, `cameras`, `oracle`, `clock`."""
 
     def __init__(self, scene: SceneSpec, config: SurrogateConfig = SurrogateConfig()) -> None:
-        from realissim.assets import panda
-
         self.scene = scene
         self.config = config
-        self.description = RobotDescription(
-            joint_names=tuple(j.name for j in scene.robot.joints),
-            q_lower=np.array([j.lower for j in scene.robot.joints]),
-            q_upper=np.array([j.upper for j in scene.robot.joints]),
-            velocity=np.asarray(panda.VELOCITY_LIMIT, dtype=np.float64),
-            acceleration=np.asarray(panda.ACCELERATION_LIMIT, dtype=np.float64),
-            jerk=np.asarray(panda.JERK_LIMIT, dtype=np.float64),
-        )
+        self.description = RobotDescription.from_spec(scene.robot)
         width, height = config.camera_size or (scene.cameras[0].width, scene.cameras[0].height)
         self.size = (int(width), int(height))
         n_cams = len(scene.cameras) if config.render else 0
@@ -334,7 +315,7 @@ class SurrogateOracle:
     def read(self) -> OracleState:
         b = self._owner.read_block("oracle")
         names = tuple(o.name for o in self._owner.scene.objects)
-        return OracleState(float(b["time"]), names, b["object_pos"], b["object_quat"], b["q"], b["qd"])
+        return OracleState(float(b["time"]), names, b["object_pos"], b["object_quat"], b["q"], b["qd"], b["q_command"])
 
 
 def _shutdown(process: Any, conn: Any, segment: SharedSegment, timeout: float) -> None:
