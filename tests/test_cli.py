@@ -41,3 +41,19 @@ def test_demo_runs_and_pushes_the_t_to_its_goal(tmp_path, capsys) -> None:
     assert (tmp_path / "views.png").read_bytes().startswith(b"\x89PNG")
     assert report["render_backend"] == "cpu" and report["render_ms_median"] > 0
     assert "PushT twin physics demo" in capsys.readouterr().out
+
+
+def test_surrogate_runs_and_bad_gap_is_named(tmp_path, capsys) -> None:
+    gap = tmp_path / "gap.json"
+    assert main(["surrogate", "--write-gap", str(gap)]) == 0
+    doc = json.loads(gap.read_text())
+    out = tmp_path / "run"
+    args = ["surrogate", "--gap", str(gap), "--seconds", "0.5", "--camera-size", "160", "90"]
+    assert main([*args, "--out", str(out), "--no-progress"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["frames"] == 30 and report["cameras"] == 3
+    assert (out / "views.png").read_bytes().startswith(b"\x89PNG")
+    doc["arm"]["latency"] = -1.0
+    gap.write_text(json.dumps(doc))
+    assert main([*args, "--out", str(out), "--no-progress"]) == 2
+    assert "arm.latency" in capsys.readouterr().err

@@ -79,7 +79,60 @@ class Scene:
         return 0
 
 
-Commands = Annotated[Demo, tyro.conf.subcommand("demo")] | Annotated[Scene, tyro.conf.subcommand("scene")]
+@dataclass
+class SurrogateRun:
+    """Run the surrogate real world alone: the follower moves its arm; writes camera views and ground truth."""
+
+    gap: Path | None = None
+    """Reality-gap profile JSON (None: the default profile)."""
+    write_gap: Path | None = None
+    """Write the default reality-gap profile (documented JSON, to edit) here and exit."""
+    seconds: float = 6.0
+    """Simulated duration, s."""
+    camera_size: tuple[int, int] = (480, 270)
+    """Rendered image size of every camera, px (width, height)."""
+    seed: int = 0
+    """Seed of the world's noise and disturbances."""
+    out: Path | None = Path("runs/surrogate")
+    """Folder for views.png, truth.npz, scene.json, config.json, report.json (None: write nothing)."""
+    pusht: PushTConfig = field(default_factory=PushTConfig)
+    progress: bool = True
+    """Show a progress bar."""
+
+    def run(self) -> int:
+        from realissim.real.drive import drive_surrogate
+        from realissim.real.gap import GapProfile, load_gap, save_gap
+        from realissim.real.surrogate_process import SurrogateConfig, SurrogateError
+
+        if self.write_gap is not None:
+            save_gap(GapProfile(), self.write_gap)
+            print(f"wrote the default reality-gap profile to {self.write_gap}")
+            return 0
+        try:
+            if self.gap is not None:
+                load_gap(self.gap)  # fail here, with the field named, rather than in the child
+            config = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=self.camera_size)
+            report = drive_surrogate(pusht_scene(self.pusht), config, self.seconds, self.out, self.progress)
+        except SpecError as err:
+            print(f"invalid reality-gap profile: {err}", file=sys.stderr)
+            return 2
+        except SurrogateError as err:
+            print(f"surrogate failed: {err}", file=sys.stderr)
+            return 3
+        width = max(len(k) for k in report)
+        print("Surrogate real world (lock-step), follower on the standard trajectory")
+        for key, value in report.items():
+            print(f"  {key:<{width}}  {value:.4g}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
+        if self.out is not None:
+            print(f"outputs in {self.out}/")
+        return 0
+
+
+Commands = (
+    Annotated[Demo, tyro.conf.subcommand("demo")]
+    | Annotated[Scene, tyro.conf.subcommand("scene")]
+    | Annotated[SurrogateRun, tyro.conf.subcommand("surrogate")]
+)
 
 
 def main(argv: list[str] | None = None) -> int:
