@@ -111,8 +111,10 @@ def _handle(publisher: _Publisher, conn: Any, kind: str, payload: Any) -> bool:
 
 
 def _lockstep(publisher: _Publisher, conn: Any) -> None:
-    while _handle(publisher, conn, *conn.recv()):
-        pass
+    """Serve messages until "close" (or until the parent's end of the pipe closes: EOFError)."""
+    running = True
+    while running:
+        running = _handle(publisher, conn, *conn.recv())
 
 
 def _realtime(publisher: _Publisher, conn: Any) -> None:
