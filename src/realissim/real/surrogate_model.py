@@ -50,13 +50,6 @@ def _sub(parent: ET.Element, tag: str, **attrs: object) -> ET.Element:
     return ET.SubElement(parent, tag, {k: text(v) for k, v in attrs.items()})
 
 
-def resize_camera(cam: CameraSpec, width: int, height: int) -> CameraSpec:
-    """The same camera imaging at `width`×`height` px: K scaled per axis (pixel centres at u + 0.5)."""
-    sx, sy = width / cam.width, height / cam.height
-    K = cam.K_array * np.array([[sx], [sy], [1.0]])
-    return dataclasses.replace(cam, width=width, height=height, K=tuple(tuple(map(float, r)) for r in K))  # type: ignore[arg-type]
-
-
 def perturb_camera(told: CameraSpec, error: CameraGap, pixel_scale: tuple[float, float] = (1.0, 1.0)) -> CameraSpec:
     """The true camera behind `told`: pose X_WC_told · [R(rotation_error) | translation_error], focal
     lengths × focal_scale, principal point + principal_offset × `pixel_scale` (told px per scene px)."""
@@ -84,7 +77,7 @@ def surrogate_cameras(
     the real cameras are (with the profile's calibration error)."""
     told, true = [], []
     for cam in scene.cameras:
-        seen = resize_camera(cam, *size) if size is not None else cam
+        seen = cam.resized(*size) if size is not None else cam
         told.append(seen)
         true.append(perturb_camera(seen, gap.camera_gap(cam.name), (seen.width / cam.width, seen.height / cam.height)))
     return tuple(told), tuple(true)

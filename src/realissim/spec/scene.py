@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -298,6 +298,12 @@ class CameraSpec:
     def X_WC_array(self) -> np.ndarray:
         """X_WC as a (4, 4) float64 array."""
         return np.asarray(self.X_WC, dtype=np.float64)
+
+    def resized(self, width: int, height: int) -> CameraSpec:
+        """The same camera imaging at `width`×`height` px: K scaled per axis (pixel centres at u + 0.5)."""
+        sx, sy = width / self.width, height / self.height
+        K = self.K_array * np.array([[sx], [sy], [1.0]])
+        return replace(self, width=width, height=height, K=tuple(tuple(map(float, r)) for r in K))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

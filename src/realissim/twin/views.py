@@ -59,11 +59,16 @@ class TwinViews:
         local = Gaussians.from_arrays(self.appearance.local).select(torch.tensor(~self.appearance.static))
         self.local = Gaussians(*(t.to(self.device) for t in local.args()))
         self.body_index = torch.tensor(self.appearance.body_index[~self.appearance.static], device=self.device)
+        self.object_mask = torch.tensor(self.appearance.objects[~self.appearance.static], device=self.device)
+        """(M,) bool over the moving Gaussians: those of the scene's objects (the rest are the robot's)."""
         rest = self.appearance.world(np.zeros((model.nbody, 3)), _identity(model.nbody), subset=self.appearance.static)
         self.static = Gaussians(*(t.to(self.device) for t in Gaussians.from_arrays(rest).args()))
-        self._layer: StaticLayer | None = None
+        self.static_layer: StaticLayer | None = None
+        """The ground pre-rendered into every camera (None on the gsplat backend: rendered each frame)."""
         if self.backend != "gsplat":
-            self._layer = render_static(*self.static.args(), self.Ks, self.X_WCs, self.width, self.height, self.backend)
+            self.static_layer = render_static(
+                *self.static.args(), self.Ks, self.X_WCs, self.width, self.height, self.backend
+            )
 
     def moving(self, xpos: np.ndarray, xquat: np.ndarray) -> Gaussians:
         """World-frame Gaussians of everything that moves, for body poses (nbody,3) m and (nbody,4) wxyz."""
@@ -75,7 +80,7 @@ class TwinViews:
     def render(self, data: mujoco.MjData) -> tuple[Tensor, Tensor, Tensor]:
         """rgb (C,H,W,3), alpha (C,H,W), depth (C,H,W) m of the twin in `data` (body poses must be current)."""
         g = self.moving(data.xpos, data.xquat)
-        if self._layer is None:
+        if self.static_layer is None:
             g = Gaussians(*(torch.cat([a, b]) for a, b in zip(g.args(), self.static.args())))
         with torch.no_grad():
             return rasterize(
@@ -86,7 +91,7 @@ class TwinViews:
                 self.height,
                 self.background,
                 self.backend,
-                static=self._layer,
+                static=self.static_layer,
             )
 
 
