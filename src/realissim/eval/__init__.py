@@ -1,0 +1,1 @@
+"""Evaluation: sync metrics against ground truth (oracle), success rates, reports."""

@@ -1,0 +1,5 @@
+"""The 60 Hz frame loop that couples the twin to the (surrogate) real world."""
+
+from realissim.runtime.loop import FrameReport, Runtime, RuntimeConfig
+
+__all__ = ["FrameReport", "Runtime", "RuntimeConfig"]

@@ -1,0 +1,110 @@
+"""The Real-is-Sim frame loop: one wiring, two switches (DESIGN.md §3).
+
+Every frame: read the real cameras and the real arm's joints; if `correct`, compute the visual wrench
+on the twin's objects from those images (robot rendered at the real arm's joints); step the twin with
+the commanded joint targets and that wrench; if `follow`, stream the twin arm's *actual* joints to the
+real robot through the follower; in lock-step, advance the real world one frame. Online is both
+switches on, with a surrogate (or hardware); offline is both off, with no real world at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from numpy.typing import ArrayLike
+
+from realissim.real.follower import Follower, FollowerConfig
+from realissim.real.surrogate_process import Surrogate
+from realissim.spec.scene import SceneSpec
+from realissim.twin.correction import CorrectionConfig, CorrectionResult, VisualCorrection
+from realissim.twin.physics import PhysicsConfig, TwinPhysics
+from realissim.twin.state import TwinState
+from realissim.twin.views import TwinViews
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """The frame loop's switches and parts."""
+
+    follow: bool = True
+    """Follower coupling: the real arm follows the twin arm."""
+    correct: bool = True
+    """Visual correction: camera images pull the twin's objects."""
+    physics: PhysicsConfig = field(default_factory=PhysicsConfig)
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+    follower: FollowerConfig = field(default_factory=FollowerConfig)
+
+
+@dataclass(frozen=True)
+class FrameReport:
+    """One frame: the twin's state after it, the correction (None when off), and the time each stage
+    took, s (keys: sense, correct, physics, follow, world)."""
+
+    state: TwinState
+    correction: CorrectionResult | None
+    timing: dict[str, float]
+
+
+class Runtime:
+    """The twin plus, when online, its real world; `frame(q_target)` runs one 60 Hz frame."""
+
+    def __init__(self, scene: SceneSpec, config: RuntimeConfig = RuntimeConfig(), world: Surrogate | None = None):
+        """`world` is a started `Surrogate` (lock-step or real-time), required when either switch is on."""
+        if (config.follow or config.correct) and world is None:
+            raise ValueError("follow/correct need a real world: pass a started Surrogate, or switch both off")
+        self.scene, self.config, self.world = scene, config, world
+        self.twin = TwinPhysics(scene, config.physics)
+        self.correction: VisualCorrection | None = None
+        if config.correct:
+            assert world is not None
+            cams = [c.resized(world.size[0], world.size[1]) for c in scene.cameras]
+            self.correction = VisualCorrection(
+                TwinViews(scene, self.twin.model, cameras=cams), self.twin.model, config.correction
+            )
+        self.follower = Follower(world.robot.description, config.follower) if config.follow and world else None
+        self.reset()
+
+    def reset(self) -> None:
+        """The twin to the scene's initial state; the follower from the real arm's measured joints."""
+        self.twin.reset()
+        if self.follower is not None and self.world is not None:
+            self.follower.reset(self.world.robot.read().q)
+
+    def frame(self, q_target: ArrayLike) -> FrameReport:
+        """One frame with the policy's desired joints q_target (7,) rad."""
+        timing: dict[str, float] = {}
+        clock = time.perf_counter
+        t0 = clock()
+        q_real, images = None, None
+        if self.world is not None:
+            q_real = self.world.robot.read().q
+            if self.correction is not None:
+                images = torch.from_numpy(np.stack([cam.read().image for cam in self.world.cameras]))
+        timing["sense"] = clock() - t0
+        result = None
+        if self.correction is not None and images is not None:
+            t0 = clock()
+            poses = self.correction.poses(self.twin.data.qpos, self.twin.layout.robot_qpos, q_real)
+            result = self.correction(*poses, images)
+            self.twin.apply_wrenches(result.wrenches)
+            timing["correct"] = clock() - t0
+        t0 = clock()
+        self.twin.set_joint_targets(q_target)
+        self.twin.step()
+        state = self.twin.state()
+        timing["physics"] = clock() - t0
+        if self.follower is not None and self.world is not None:
+            t0 = clock()
+            self.follower.follow(self.world.robot, state.q)
+            timing["follow"] = clock() - t0
+        if self.world is not None and self.world.config.mode == "lockstep":
+            t0 = clock()
+            self.world.step()
+            timing["world"] = clock() - t0
+        return FrameReport(state, result, timing)
