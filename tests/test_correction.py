@@ -5,6 +5,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
+import torch
 
 from realissim.geometry import quat_mul, yaw_quat
 from realissim.spec.scene import SceneSpec
@@ -79,3 +80,17 @@ def test_correction_pulls_the_twin_onto_reality(scene: SceneSpec, setup) -> None
         errors.append(np.linalg.norm(twin.state().object_pos[0, :2] - reality.state().object_pos[0, :2]))
     assert errors[0] > 0.015
     assert errors[-1] < 0.005, f"twin still {errors[-1] * 1e3:.1f} mm from reality after 2 s"
+
+
+def test_color_fit_absorbs_a_different_appearance(setup) -> None:
+    from realissim.twin.color_fit import ColorFitConfig, fit_colors
+
+    twin, _, _ = setup
+    twin.reset()
+    scene_views = TwinViews(twin.scene, twin.model, cameras=[c.resized(*SIZE) for c in twin.scene.cameras])
+    target = _render_with_t_moved(twin, scene_views)
+    tinted = (target * torch.tensor([1.1, 0.95, 0.8])).clamp(0, 1)  # other lighting, exposure, white balance
+    before, after = fit_colors(scene_views, twin.data.xpos, twin.data.xquat, tinted[None], ColorFitConfig(steps=40))
+    assert after < 0.25 * before
+    fitted = scene_views.render(twin.data)[0]
+    assert (fitted - tinted).abs().mean() < (target - tinted).abs().mean() / 2

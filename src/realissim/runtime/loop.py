@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike
 from realissim.real.follower import Follower, FollowerConfig
 from realissim.real.surrogate_process import Surrogate
 from realissim.spec.scene import SceneSpec
+from realissim.twin.color_fit import ColorFitConfig, fit_colors
 from realissim.twin.correction import CorrectionConfig, CorrectionResult, VisualCorrection
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
 from realissim.twin.state import TwinState
@@ -38,6 +39,10 @@ class RuntimeConfig:
     """Visual correction: camera images pull the twin's objects."""
     physics: PhysicsConfig = field(default_factory=PhysicsConfig)
     correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+    fit_colors: bool = True
+    """Before the first frame, fit the twin's Gaussian colours to the real cameras' first images (the twin
+    and reality start in the same, known state)."""
+    color_fit: ColorFitConfig = field(default_factory=ColorFitConfig)
     follower: FollowerConfig = field(default_factory=FollowerConfig)
 
 
@@ -64,9 +69,14 @@ class Runtime:
         if config.correct:
             assert world is not None
             cams = [c.resized(world.size[0], world.size[1]) for c in scene.cameras]
-            self.correction = VisualCorrection(
-                TwinViews(scene, self.twin.model, cameras=cams), self.twin.model, config.correction
-            )
+            views = TwinViews(scene, self.twin.model, cameras=cams)
+            self.correction = VisualCorrection(views, self.twin.model, config.correction)
+            if config.fit_colors:
+                self.twin.reset()
+                q_real = world.robot.read().q
+                xpos, xquat, _ = self.correction.poses(self.twin.data.qpos, self.twin.layout.robot_qpos, q_real)
+                images = torch.from_numpy(np.stack([cam.read().image for cam in world.cameras]))[None]
+                fit_colors(views, xpos, xquat, images, config.color_fit)
         self.follower = Follower(world.robot.description, config.follower) if config.follow and world else None
         self.reset()
 

@@ -65,10 +65,25 @@ class TwinViews:
         self.static = Gaussians(*(t.to(self.device) for t in Gaussians.from_arrays(rest).args()))
         self.static_layer: StaticLayer | None = None
         """The ground pre-rendered into every camera (None on the gsplat backend: rendered each frame)."""
+        self._render_static_layer()
+
+    def _render_static_layer(self) -> None:
         if self.backend != "gsplat":
             self.static_layer = render_static(
                 *self.static.args(), self.Ks, self.X_WCs, self.width, self.height, self.backend
             )
+
+    def set_colors(self, moving: Tensor, static: Tensor, background: Tensor) -> None:
+        """Replace the colours of the moving (M,3) and static (S,3) Gaussians and the background (3,) or (C,3)
+        (all RGB in [0, 1]); re-renders the static layer."""
+        self.local = Gaussians(
+            self.local.means, self.local.quats, self.local.scales, moving.detach(), self.local.opacities
+        )
+        self.static = Gaussians(
+            self.static.means, self.static.quats, self.static.scales, static.detach(), self.static.opacities
+        )
+        self.background = background.detach()
+        self._render_static_layer()
 
     def moving(self, xpos: np.ndarray, xquat: np.ndarray) -> Gaussians:
         """World-frame Gaussians of everything that moves, for body poses (nbody,3) m and (nbody,4) wxyz."""
