@@ -51,8 +51,10 @@ def test_no_force_when_the_twin_already_explains_the_images(setup) -> None:
     assert result.loss_before == pytest.approx(0.0, abs=1e-9)
 
 
-def test_force_points_where_the_object_is_seen(setup) -> None:
-    twin, views, correction = setup
+@pytest.mark.parametrize("mode", ["gaussians", "rigid"])
+def test_force_points_where_the_object_is_seen(setup, mode: str) -> None:
+    twin, views, _ = setup
+    correction = VisualCorrection(views, twin.model, CorrectionConfig(mode=mode))
     twin.reset()
     result = _correct(twin, correction, _render_with_t_moved(twin, views, dx=0.015))
     fx, fy, fz = result.wrenches[0, :3]

@@ -25,7 +25,7 @@ from numpy.typing import ArrayLike
 from torch import Tensor
 
 from realissim.render import rasterize
-from realissim.render.gaussians import Gaussians
+from realissim.render.gaussians import Gaussians, quat_multiply
 from realissim.twin.views import TwinViews
 
 
@@ -49,6 +49,13 @@ class CorrectionConfig:
     """Where the Huber loss turns from quadratic to linear (intensity units)."""
     max_force: float = 20.0
     """Largest visual force on a body, N (larger ones are scaled down, torque with them)."""
+    mode: Literal["gaussians", "rigid"] = "gaussians"
+    """"gaussians": the reference (every object Gaussian a free variable, forces from their displacements);
+    "rigid": each object's Gaussians move together, optimising one translation and rotation per body."""
+    lr_rotation: float = 0.005
+    """rigid: Adam learning rate of each body's rotation vector, rad."""
+    rot_stiffness: float = 3.0
+    """rigid: torque per radian of rotation found, N·m/rad."""
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -119,6 +126,8 @@ class VisualCorrection:
         if tuple(target.shape) != expected:
             raise ValueError(f"images: expected shape {expected}, got {tuple(target.shape)}")
         g = views.moving(xpos, xquat)
+        if cfg.mode == "rigid":
+            return self._rigid(g, xipos, target, start)
         means0, quats0 = g.means[self._obj].detach(), g.quats[self._obj].detach()
         means = means0.clone().requires_grad_()
         quats = quats0.clone().requires_grad_()
@@ -150,6 +159,55 @@ class VisualCorrection:
             optimiser.step()
         wrenches, moved = self._wrenches(means.detach().double() - means0.double(), means0.double(), xipos)
         return CorrectionResult(wrenches, losses[0], losses[-1], moved, time.perf_counter() - start)
+
+    def _render_loss(self, obj: list[Tensor], fixed: Gaussians, target: Tensor) -> Tensor:
+        views, cfg = self.views, self.config
+        args = [torch.cat([a, b]) for a, b in zip(obj, fixed.args())]
+        rgb, _, _ = rasterize(
+            *args, views.Ks, views.X_WCs, views.width, views.height, views.background, views.backend,
+            static=views.static_layer,
+        )  # fmt: skip
+        return photometric_loss(rgb, target, cfg.loss, cfg.huber_delta)
+
+    def _rigid(self, g: Gaussians, xipos: np.ndarray, target: Tensor, start: float) -> CorrectionResult:
+        """Rigid mode: Adam on one translation (K,3) m and rotation vector (K,3) rad per body, about its COM."""
+        cfg, k = self.config, len(self.object_bodies)
+        fixed = Gaussians(*(t[self._rest] for t in g.args()))
+        if self.views.static_layer is None:
+            fixed = Gaussians(*(torch.cat([a, b]) for a, b in zip(fixed.args(), self.views.static.args())))
+        means0, quats0 = g.means[self._obj].detach(), g.quats[self._obj].detach()
+        com = torch.as_tensor(xipos[self.object_bodies], dtype=torch.float32)[self._slot]
+        rest = [t[self._obj] for t in (g.scales, g.colors, g.opacities)]
+        shift = torch.zeros(k, 3, requires_grad=True)
+        rotvec = torch.zeros(k, 3, requires_grad=True)
+        optimiser = torch.optim.Adam(
+            [{"params": [shift], "lr": cfg.lr_means}, {"params": [rotvec], "lr": cfg.lr_rotation}]
+        )
+        losses = []
+        for it in range(cfg.iterations + 1):
+            with torch.set_grad_enabled(it < cfg.iterations):
+                r = rotvec[self._slot]
+                arm = means0 - com
+                # Small rotation per frame: second-order Rodrigues for points, first-order quaternion.
+                cross = torch.linalg.cross(r, arm, dim=-1)
+                moved = com + arm + cross + 0.5 * torch.linalg.cross(r, cross, dim=-1) + shift[self._slot]
+                dq = torch.cat([torch.ones_like(r[:, :1]), 0.5 * r], dim=-1)
+                quats = quat_multiply(dq / dq.norm(dim=-1, keepdim=True), quats0)
+                loss = self._render_loss([moved, quats, *rest], fixed, target)
+            losses.append(float(loss.detach()))
+            if it == cfg.iterations:
+                break
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+        wrench = np.concatenate(
+            [cfg.stiffness * shift.detach().double().numpy(), cfg.rot_stiffness * rotvec.detach().double().numpy()],
+            axis=1,
+        )
+        norm = np.linalg.norm(wrench[:, :3], axis=1, keepdims=True)
+        wrench *= np.minimum(1.0, cfg.max_force / np.maximum(norm, 1e-12))
+        moved_m = np.linalg.norm(shift.detach().double().numpy(), axis=1)
+        return CorrectionResult(wrench, losses[0], losses[-1], moved_m, time.perf_counter() - start)
 
     def _wrenches(self, delta: Tensor, x_old: Tensor, xipos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-body wrenches (K,6) and mean displacement (K,) m from Gaussian displacements (n,3)."""
