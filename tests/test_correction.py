@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from realissim.geometry import quat_mul, yaw_quat
+from realissim.geometry import axis_angle_quat, quat_mul, quat_to_mat, yaw_quat
 from realissim.spec.scene import SceneSpec
 from realissim.twin.correction import CorrectionConfig, VisualCorrection
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
@@ -40,7 +40,8 @@ def _render_with_t_moved(twin: TwinPhysics, views: TwinViews, dx: float = 0.0, d
 def _correct(twin: TwinPhysics, correction: VisualCorrection, images):
     robot_qpos = twin.layout.robot_qpos
     xpos, xquat, xipos = correction.poses(twin.data.qpos, robot_qpos, twin.data.qpos[robot_qpos])
-    return correction(xpos, xquat, xipos, images)
+    state = twin.state()
+    return correction(xpos, xquat, xipos, images, np.concatenate([state.object_linvel, state.object_angvel], axis=1))
 
 
 def test_no_force_when_the_twin_already_explains_the_images(setup) -> None:
@@ -96,3 +97,25 @@ def test_color_fit_absorbs_a_different_appearance(setup) -> None:
     assert after < 0.25 * before
     fitted = scene_views.render(twin.data)[0]
     assert (fitted - tinted).abs().mean() < (target - tinted).abs().mean() / 2
+
+
+def test_camera_refinement_recovers_a_rotation_error(setup) -> None:
+    from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras
+
+    twin, _, _ = setup
+    twin.reset()
+    cams = [c.resized(*SIZE) for c in twin.scene.cameras]
+    truth = TwinViews(twin.scene, twin.model, cameras=cams)
+    error = np.array([0.004, -0.006, 0.003])  # rad, in the camera frame
+    delta = torch.eye(4)
+    delta[:3, :3] = torch.as_tensor(quat_to_mat(axis_angle_quat(error / np.linalg.norm(error), np.linalg.norm(error))))
+    truth.set_camera_poses(truth.X_WCs @ delta)
+    images = truth.render(twin.data)[0]
+    told = TwinViews(twin.scene, twin.model, cameras=cams)
+    config = CameraRefineConfig(steps=100, lr_rotation=1e-3, lr_translation=1e-9)
+    found = refine_cameras(told, twin.data.xpos, twin.data.xquat, images, config)
+    for c in range(len(cams)):
+        assert np.linalg.norm(found[c, :3] - error) < 0.35 * np.linalg.norm(error), found[c]
+    assert (told.render(twin.data)[0] - images).abs().mean() < 0.5 * (
+        TwinViews(twin.scene, twin.model, cameras=cams).render(twin.data)[0] - images
+    ).abs().mean()

@@ -73,6 +73,13 @@ class TwinViews:
                 *self.static.args(), self.Ks, self.X_WCs, self.width, self.height, self.backend
             )
 
+    def set_camera_poses(self, X_WCs: Tensor) -> None:
+        """Replace the camera-to-world poses (C,4,4) (e.g. after calibration); re-renders the static layer."""
+        if tuple(X_WCs.shape) != tuple(self.X_WCs.shape):
+            raise ValueError(f"X_WCs: expected shape {tuple(self.X_WCs.shape)}, got {tuple(X_WCs.shape)}")
+        self.X_WCs = X_WCs.detach().to(self.X_WCs)
+        self._render_static_layer()
+
     def set_colors(self, moving: Tensor, static: Tensor, background: Tensor) -> None:
         """Replace the colours of the moving (M,3) and static (S,3) Gaussians and the background (3,) or (C,3)
         (all RGB in [0, 1]); re-renders the static layer."""
