@@ -50,6 +50,7 @@ def test_online_lockstep_frames_couple_twin_and_world(scene: SceneSpec) -> None:
             report = runtime.frame(q)
         assert world.clock.now() == pytest.approx(t0 + 1.0)
         assert set(report.timing) == {"sense", "correct", "physics", "follow", "world"}
+        assert not report.desynced
         assert report.correction is not None and report.correction.wrenches.shape == (1, 6)
         truth = world.oracle.read()
         # The real arm follows the twin arm (within a few frames of lag).

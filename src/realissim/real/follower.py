@@ -211,7 +211,7 @@ class Follower:
         self._history = []
         self.tracking = TrackingStats(tuple(self.description.joint_names))
 
-    def step(self, q_sim: ArrayLike, qd_sim: ArrayLike | None = None) -> FollowerStep:
+    def step(self, q_sim: ArrayLike, qd_sim: ArrayLike | None = None, hold: bool = False) -> FollowerStep:
         """Advance one period towards the twin's joints q_sim (dof,) rad moving at qd_sim (dof,) rad/s
         (None: estimated from the last three targets); returns the command for the end of the period."""
         self._require_started()
@@ -223,8 +223,9 @@ class Follower:
         velocity = np.where(clipped, 0.0, estimate if qd_twin is None else qd_twin)
         self._log_clipping(clipped)
         self._update_holding(np.abs(target - self._state[0]))
-        planned = None if self._holding else self._try_track(target, velocity)
-        mode: Mode = "hold" if self._holding else "brake" if planned is None else "track"
+        holding = hold or self._holding  # `hold`: the caller (e.g. a desync alarm) stops the arm this period
+        planned = None if holding else self._try_track(target, velocity)
+        mode: Mode = "hold" if holding else "brake" if planned is None else "track"
         state, result = self._brake() if planned is None else planned
         self._state = state
         q, qd, qdd = (x.copy() for x in state)
@@ -235,10 +236,12 @@ class Follower:
         the same time; returns |q_real − q_sim| (dof,) rad."""
         return self.tracking.add(q_real, q_sim)
 
-    def follow(self, robot: Robot, q_sim: ArrayLike, qd_sim: ArrayLike | None = None) -> FollowerStep:
+    def follow(
+        self, robot: Robot, q_sim: ArrayLike, qd_sim: ArrayLike | None = None, hold: bool = False
+    ) -> FollowerStep:
         """Read the robot, record its tracking error against q_sim, then step and command it."""
         self.record(robot.read().q, q_sim)
-        out = self.step(q_sim, qd_sim)
+        out = self.step(q_sim, qd_sim, hold)
         robot.command(out.q)
         return out
 

@@ -19,6 +19,7 @@ from numpy.typing import ArrayLike
 
 from realissim.real.follower import Follower, FollowerConfig
 from realissim.real.surrogate_process import Surrogate
+from realissim.runtime.desync import DesyncConfig, DesyncDetector
 from realissim.spec.scene import SceneSpec
 from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras
 from realissim.twin.color_fit import ColorFitConfig, fit_colors
@@ -44,6 +45,8 @@ class RuntimeConfig:
     """Before the first frame, fit the twin's Gaussian colours to the real cameras' first images (the twin
     and reality start in the same, known state)."""
     color_fit: ColorFitConfig = field(default_factory=ColorFitConfig)
+    desync: DesyncConfig = field(default_factory=DesyncConfig)
+    """The desync detector (active with the correction): when it fires, the follower holds the real arm."""
     refine_cameras: bool = True
     """Before the first frame, also correct the cameras' poses from the first images (rotation only); by
     measurement it removes most of the bias the default gap's calibration error puts on the correction."""
@@ -58,6 +61,8 @@ class FrameReport:
     state: TwinState
     correction: CorrectionResult | None
     timing: dict[str, float]
+    desynced: bool = False
+    """The desync detector's verdict after this frame (the follower held the real arm if so)."""
 
 
 class Runtime:
@@ -86,6 +91,7 @@ class Runtime:
                     refine_cameras(views, xpos, xquat, images[0], refine)
                     fit_colors(views, xpos, xquat, images, config.color_fit)
         self.follower = Follower(world.robot.description, config.follower) if config.follow and world else None
+        self.detector = DesyncDetector(config.desync) if self.correction is not None else None
         self.reset()
 
     def reset(self) -> None:
@@ -113,6 +119,11 @@ class Runtime:
             velocity = np.concatenate([now.object_linvel, now.object_angvel], axis=1)
             result = self.correction(*poses, images, velocity)
             self.twin.apply_wrenches(result.wrenches)
+            if self.detector is not None:
+                saturated = bool(
+                    np.any(np.linalg.norm(result.wrenches[:, :3], axis=1) >= 0.99 * self.config.correction.max_force)
+                )
+                self.detector.update(result.loss_after, saturated)
             timing["correct"] = clock() - t0
         t0 = clock()
         self.twin.set_joint_targets(q_target)
@@ -121,10 +132,15 @@ class Runtime:
         timing["physics"] = clock() - t0
         if self.follower is not None and self.world is not None:
             t0 = clock()
-            self.follower.follow(self.world.robot, state.q)
+            self.follower.follow(self.world.robot, state.q, hold=self.desynced)
             timing["follow"] = clock() - t0
         if self.world is not None and self.world.config.mode == "lockstep":
             t0 = clock()
             self.world.step()
             timing["world"] = clock() - t0
-        return FrameReport(state, result, timing)
+        return FrameReport(state, result, timing, self.desynced)
+
+    @property
+    def desynced(self) -> bool:
+        """Whether the desync detector currently says the twin is out of sync with reality."""
+        return self.detector is not None and self.detector.desynced

@@ -102,7 +102,7 @@ def refine_cameras(
         out[c] = np.concatenate([rot.detach().numpy(), trans.detach().numpy()])
         log.info(
             "camera %s: pose corrected by %.2f mrad, %.1f mm (loss %.5f → %.5f)", views.cameras[c].name,
-            1e3 * float(rot.norm()), 1e3 * float(trans.norm()), losses[0], losses[-1],
+            1e3 * float(rot.detach().norm()), 1e3 * float(trans.detach().norm()), losses[0], losses[-1],
         )  # fmt: skip
     views.set_camera_poses(new_poses)
     return out

@@ -1,0 +1,68 @@
+"""Desync detection from what a real deployment has: the photometric residual and the visual force.
+
+The twin is out of sync when it no longer explains the camera images: the residual (the correction's
+photometric loss after its steps) rises well above its own recent baseline, or the visual force stays
+saturated. Both are compared with running statistics, never with ground truth. When the detector fires,
+the runtime makes the follower hold the real arm; it re-arms once the residual has come back down.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DesyncConfig:
+    """Thresholds of the desync detector."""
+
+    warmup: int = 60
+    """Frames used to learn the baseline residual before the detector can fire."""
+    rise: float = 3.0
+    """Fire when the residual exceeds this multiple of its baseline ..."""
+    frames: int = 20
+    """... for this many consecutive frames (or the force is saturated for as many)."""
+    recover: float = 1.5
+    """Re-arm once the residual has been below this multiple of the baseline for `frames` frames."""
+    baseline_window: int = 300
+    """Frames of in-sync residuals the baseline (their median) is taken over."""
+
+
+class DesyncDetector:
+    """Feed it every frame's residual and force; `desynced` says whether the twin is out of sync."""
+
+    def __init__(self, config: DesyncConfig = DesyncConfig()) -> None:
+        self.config = config
+        self._baseline: deque[float] = deque(maxlen=config.baseline_window)
+        self._high = 0
+        self._low = 0
+        self.desynced = False
+        self.events: list[tuple[int, str]] = []
+        """(frame, "fired" | "re-armed") in order."""
+        self._frame = 0
+
+    @property
+    def baseline(self) -> float:
+        """The median in-sync residual (inf during warm-up)."""
+        return float(np.median(self._baseline)) if len(self._baseline) >= self.config.warmup else float("inf")
+
+    def update(self, residual: float, force_saturated: bool = False) -> bool:
+        """Add one frame (photometric residual, whether the visual force hit its cap); returns `desynced`."""
+        cfg = self.config
+        base = self.baseline
+        high = residual > cfg.rise * base or force_saturated
+        low = residual < cfg.recover * base
+        self._high = self._high + 1 if high else 0
+        self._low = self._low + 1 if low else 0
+        if not self.desynced and self._high >= cfg.frames:
+            self.desynced = True
+            self.events.append((self._frame, "fired"))
+        elif self.desynced and self._low >= cfg.frames:
+            self.desynced = False
+            self.events.append((self._frame, "re-armed"))
+        if not self.desynced and not high:
+            self._baseline.append(float(residual))
+        self._frame += 1
+        return self.desynced
