@@ -58,6 +58,7 @@ def main(args: Args) -> dict:
     print(f"|{'-' * 44}|{'-' * 15}|{'-' * 11}|")
     for key, label in KEYS:
         print(f"| {label:<42} | {results['on'][key]:13.3f} | {results['off'][key]:9.3f} |")
+    print(f"desync detector (correction on): {results['on']['desync_events'] or 'never fired'}")
     print("timing per frame, median ms (correction on):")
     for key, value in results["on"]["timing_ms"].items():
         print(f"  {key:<8} {value:8.2f}")

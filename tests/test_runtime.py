@@ -10,6 +10,7 @@ import pytest
 from realissim.eval.scenario import scripted_targets
 from realissim.eval.sync import SyncRecorder
 from realissim.geometry import yaw_quat
+from realissim.real.gap import Disturbance
 from realissim.real.surrogate_process import Surrogate, SurrogateConfig
 from realissim.runtime import Runtime, RuntimeConfig
 from realissim.spec.scene import SceneSpec
@@ -57,3 +58,25 @@ def test_online_lockstep_frames_couple_twin_and_world(scene: SceneSpec) -> None:
         assert np.abs(truth.q - report.state.q).max() < 0.05
         # The twin's T stays near the real one (both at rest here, the gap only in the details).
         assert np.linalg.norm(truth.object_pos[0, :2] - report.state.object_pos[0, :2]) < 0.02
+
+
+def test_faults_do_not_crash_the_loop(scene: SceneSpec) -> None:
+    cam = scene.cameras[0].name
+    faults = (
+        Disturbance(kind="drop_frame", camera=cam, at=0.2, duration=1.0),  # long enough to stall the camera
+        Disturbance(kind="occlude", camera=scene.cameras[1].name, at=0.3, duration=0.5),
+        Disturbance(kind="freeze_camera", camera=scene.cameras[2].name, at=0.4, duration=0.5),
+        Disturbance(kind="lighting", at=0.5, duration=0.5, intensity=0.5),
+    )
+    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90), stall_frames=10)) as world:
+        runtime = Runtime(scene, RuntimeConfig(), world)
+        for fault in faults:
+            world.disturb(fault)
+        skipped = 0
+        for q in scripted_targets(scene, 1 / 60, 120):
+            report = runtime.frame(q)
+            skipped += report.correction is None
+        truth = world.oracle.read()
+    assert 0 < skipped < 120  # correction paused while camera 0 stalled, then resumed
+    assert report.correction is not None
+    assert np.linalg.norm(truth.object_pos[0] - report.state.object_pos[0]) < 0.02  # no divergence

@@ -87,9 +87,11 @@ def run_scenario(scene: SceneSpec, config: ScenarioConfig, progress: bool = True
                 truth.object_quat[0],
             )
         follower = runtime.follower.tracking.summary() if runtime.follower else {"rms_rad": float("nan")}
+        events = list(runtime.detector.events) if runtime.detector else []
     out = recorder.summary(events=(config.push_time,))
     out["follower_rms_rad"] = follower["rms_rad"]
     out["loop_hz"] = 1.0 / float(np.median(frame_s))
+    out["desync_events"] = [(frame / 60, kind) for frame, kind in events]
     out["timing_ms"] = {key: 1e3 * float(np.median(v)) for key, v in timings.items()}
     out["series"] = {"time": recorder.times, "pos_err": recorder.pos_err, "yaw_err": recorder.yaw_err}
     return out

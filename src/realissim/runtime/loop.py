@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from numpy.typing import ArrayLike
+from torch import Tensor
 
 from realissim.real.follower import Follower, FollowerConfig
+from realissim.real.interfaces import CameraStalledError
 from realissim.real.surrogate_process import Surrogate
 from realissim.runtime.desync import DesyncConfig, DesyncDetector
 from realissim.spec.scene import SceneSpec
@@ -92,6 +94,7 @@ class Runtime:
                     fit_colors(views, xpos, xquat, images, config.color_fit)
         self.follower = Follower(world.robot.description, config.follower) if config.follow and world else None
         self.detector = DesyncDetector(config.desync) if self.correction is not None else None
+        self._stalled = False
         self.reset()
 
     def reset(self) -> None:
@@ -106,10 +109,14 @@ class Runtime:
         clock = time.perf_counter
         t0 = clock()
         q_real, images = None, None
+        stalled_before = self._stalled
+        self._stalled = False
         if self.world is not None:
             q_real = self.world.robot.read().q
             if self.correction is not None:
-                images = torch.from_numpy(np.stack([cam.read().image for cam in self.world.cameras]))
+                images = self._read_cameras()
+        if stalled_before and not self._stalled:
+            log.info("correction resumed: every camera delivers frames again")
         timing["sense"] = clock() - t0
         result = None
         if self.correction is not None and images is not None:
@@ -139,6 +146,17 @@ class Runtime:
             self.world.step()
             timing["world"] = clock() - t0
         return FrameReport(state, result, timing, self.desynced)
+
+    def _read_cameras(self) -> Tensor | None:
+        """All cameras' latest frames (C,H,W,3) uint8, or None (no correction this frame) if one has stalled."""
+        assert self.world is not None
+        try:
+            return torch.from_numpy(np.stack([cam.read().image for cam in self.world.cameras]))
+        except CameraStalledError as err:
+            if not self._stalled:
+                log.warning("correction paused: %s", err)
+            self._stalled = True
+            return None
 
     @property
     def desynced(self) -> bool:
