@@ -103,8 +103,10 @@ class Runtime:
         if self.follower is not None and self.world is not None:
             self.follower.reset(self.world.robot.read().q)
 
-    def frame(self, q_target: ArrayLike) -> FrameReport:
-        """One frame with the policy's desired joints q_target (7,) rad."""
+    def frame(self, q_target: ArrayLike, correct: bool = True) -> FrameReport:
+        """One frame with the policy's desired joints q_target (7,) rad; `correct=False` skips the visual
+        correction this frame (a real-time loop catching up with the wall clock). Re-applying the last wrench
+        on such frames was measured to destabilise the twin (its damping term is for one frame)."""
         timing: dict[str, float] = {}
         clock = time.perf_counter
         t0 = clock()
@@ -113,7 +115,7 @@ class Runtime:
         self._stalled = False
         if self.world is not None:
             q_real = self.world.robot.read().q
-            if self.correction is not None:
+            if self.correction is not None and correct:
                 images = self._read_cameras()
         if stalled_before and not self._stalled:
             log.info("correction resumed: every camera delivers frames again")
