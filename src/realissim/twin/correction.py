@@ -15,6 +15,7 @@ body's Gaussians by Δx gives a force `stiffness · Δx` whatever their number.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -143,92 +144,80 @@ class VisualCorrection:
         if tuple(target.shape) != expected:
             raise ValueError(f"images: expected shape {expected}, got {tuple(target.shape)}")
         g = views.moving(xpos, xquat)
-        if cfg.mode == "rigid":
-            return self._rigid(g, xipos, target, start, velocity)
-        means0, quats0 = g.means[self._obj].detach(), g.quats[self._obj].detach()
-        means = means0.clone().requires_grad_()
-        quats = quats0.clone().requires_grad_()
         fixed = Gaussians(*(t[self._rest] for t in g.args()))
         if views.static_layer is None:  # gsplat: the ground is rasterised with everything else
             fixed = Gaussians(*(torch.cat([a, b]) for a, b in zip(fixed.args(), views.static.args())))
-        obj_rest = [t[self._obj] for t in (g.scales, g.colors, g.opacities)]
-        optimiser = torch.optim.Adam([{"params": [means], "lr": cfg.lr_means}, {"params": [quats], "lr": cfg.lr_quats}])
+        means0, quats0 = g.means[self._obj].detach(), g.quats[self._obj].detach()
+        rest = [t[self._obj] for t in (g.scales, g.colors, g.opacities)]
+        if cfg.mode == "rigid":
+            wrenches, moved, losses = self._rigid(means0, quats0, rest, fixed, xipos, target, velocity)
+        else:
+            means = means0.clone().requires_grad_()
+            quats = quats0.clone().requires_grad_()
+            groups = [{"params": [means], "lr": cfg.lr_means}, {"params": [quats], "lr": cfg.lr_quats}]
+            losses = self._optimise(groups, lambda: [means, quats, *rest], fixed, target)
+            wrenches, moved = self._wrenches(means.detach().double() - means0.double(), means0.double(), xipos)
+        return CorrectionResult(wrenches, losses[0], losses[-1], moved, time.perf_counter() - start)
+
+    def _optimise(
+        self, groups: list[dict], objects: Callable[[], list[Tensor]], fixed: Gaussians, target: Tensor
+    ) -> list[float]:
+        """`iterations` Adam steps on `groups`; `objects()` gives the objects' Gaussian arguments from the
+        current parameters. Returns the photometric loss before each step and after the last."""
+        views, cfg = self.views, self.config
+        optimiser = torch.optim.Adam(groups)
         losses = []
-        for _ in range(cfg.iterations + 1):
-            args = (
-                torch.cat([means, fixed.means]),
-                torch.cat([quats, fixed.quats]),
-                torch.cat([obj_rest[0], fixed.scales]),
-                torch.cat([obj_rest[1], fixed.colors]),
-                torch.cat([obj_rest[2], fixed.opacities]),
-            )
-            with torch.set_grad_enabled(len(losses) < cfg.iterations):
+        for it in range(cfg.iterations + 1):
+            with torch.set_grad_enabled(it < cfg.iterations):
+                args = [torch.cat([a, b]) for a, b in zip(objects(), fixed.args())]
                 rgb, _, _ = rasterize(
                     *args, views.Ks, views.X_WCs, views.width, views.height, views.background, views.backend,
                     static=views.static_layer,
                 )  # fmt: skip
                 loss = photometric_loss(rgb, target, cfg.loss, cfg.huber_delta)
             losses.append(float(loss.detach()))
-            if len(losses) > cfg.iterations:
-                break
-            optimiser.zero_grad()
-            loss.backward()
-            optimiser.step()
-        wrenches, moved = self._wrenches(means.detach().double() - means0.double(), means0.double(), xipos)
-        return CorrectionResult(wrenches, losses[0], losses[-1], moved, time.perf_counter() - start)
-
-    def _render_loss(self, obj: list[Tensor], fixed: Gaussians, target: Tensor) -> Tensor:
-        views, cfg = self.views, self.config
-        args = [torch.cat([a, b]) for a, b in zip(obj, fixed.args())]
-        rgb, _, _ = rasterize(
-            *args, views.Ks, views.X_WCs, views.width, views.height, views.background, views.backend,
-            static=views.static_layer,
-        )  # fmt: skip
-        return photometric_loss(rgb, target, cfg.loss, cfg.huber_delta)
-
-    def _rigid(
-        self, g: Gaussians, xipos: np.ndarray, target: Tensor, start: float, velocity: np.ndarray | None
-    ) -> CorrectionResult:
-        """Rigid mode: Adam on one translation (K,3) m and rotation vector (K,3) rad per body, about its COM."""
-        cfg, k = self.config, len(self.object_bodies)
-        fixed = Gaussians(*(t[self._rest] for t in g.args()))
-        if self.views.static_layer is None:
-            fixed = Gaussians(*(torch.cat([a, b]) for a, b in zip(fixed.args(), self.views.static.args())))
-        means0, quats0 = g.means[self._obj].detach(), g.quats[self._obj].detach()
-        com = torch.as_tensor(xipos[self.object_bodies], dtype=torch.float32)[self._slot]
-        rest = [t[self._obj] for t in (g.scales, g.colors, g.opacities)]
-        shift = torch.zeros(k, 3, requires_grad=True)
-        rotvec = torch.zeros(k, 3, requires_grad=True)
-        optimiser = torch.optim.Adam(
-            [{"params": [shift], "lr": cfg.lr_means}, {"params": [rotvec], "lr": cfg.lr_rotation}]
-        )
-        losses = []
-        for it in range(cfg.iterations + 1):
-            with torch.set_grad_enabled(it < cfg.iterations):
-                r = rotvec[self._slot]
-                arm = means0 - com
-                # Small rotation per frame: second-order Rodrigues for points, first-order quaternion.
-                cross = torch.linalg.cross(r, arm, dim=-1)
-                moved = com + arm + cross + 0.5 * torch.linalg.cross(r, cross, dim=-1) + shift[self._slot]
-                dq = torch.cat([torch.ones_like(r[:, :1]), 0.5 * r], dim=-1)
-                quats = quat_multiply(dq / dq.norm(dim=-1, keepdim=True), quats0)
-                loss = self._render_loss([moved, quats, *rest], fixed, target)
-            losses.append(float(loss.detach()))
             if it == cfg.iterations:
                 break
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
-        wrench = np.concatenate(
-            [cfg.stiffness * shift.detach().double().numpy(), cfg.rot_stiffness * rotvec.detach().double().numpy()],
-            axis=1,
-        )
+        return losses
+
+    def _rigid(
+        self,
+        means0: Tensor,
+        quats0: Tensor,
+        rest: list[Tensor],
+        fixed: Gaussians,
+        xipos: np.ndarray,
+        target: Tensor,
+        velocity: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray, list[float]]:
+        """Rigid mode: Adam on one translation (K,3) m and rotation vector (K,3) rad per body, about its COM;
+        returns wrenches (K,6), translations found (K,) m and the losses."""
+        cfg, k = self.config, len(self.object_bodies)
+        com = torch.as_tensor(xipos[self.object_bodies], dtype=torch.float32)[self._slot]
+        arm = means0 - com
+        shift = torch.zeros(k, 3, requires_grad=True)
+        rotvec = torch.zeros(k, 3, requires_grad=True)
+
+        def objects() -> list[Tensor]:
+            r = rotvec[self._slot]
+            # Small rotation per frame: second-order Rodrigues for points, first-order quaternion.
+            cross = torch.linalg.cross(r, arm, dim=-1)
+            moved = com + arm + cross + 0.5 * torch.linalg.cross(r, cross, dim=-1) + shift[self._slot]
+            dq = torch.cat([torch.ones_like(r[:, :1]), 0.5 * r], dim=-1)
+            return [moved, quat_multiply(dq / dq.norm(dim=-1, keepdim=True), quats0), *rest]
+
+        groups = [{"params": [shift], "lr": cfg.lr_means}, {"params": [rotvec], "lr": cfg.lr_rotation}]
+        losses = self._optimise(groups, objects, fixed, target)
+        found = shift.detach().double().numpy()
+        wrench = np.concatenate([cfg.stiffness * found, cfg.rot_stiffness * rotvec.detach().double().numpy()], axis=1)
         if velocity is not None:
             wrench -= np.asarray(velocity, dtype=np.float64) * self._damping
         norm = np.linalg.norm(wrench[:, :3], axis=1, keepdims=True)
         wrench *= np.minimum(1.0, cfg.max_force / np.maximum(norm, 1e-12))
-        moved_m = np.linalg.norm(shift.detach().double().numpy(), axis=1)
-        return CorrectionResult(wrench, losses[0], losses[-1], moved_m, time.perf_counter() - start)
+        return wrench, np.linalg.norm(found, axis=1), losses
 
     def _wrenches(self, delta: Tensor, x_old: Tensor, xipos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-body wrenches (K,6) and mean displacement (K,) m from Gaussian displacements (n,3)."""
