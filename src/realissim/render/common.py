@@ -18,8 +18,9 @@ All backends implement the same image formation (standard 3DGS, as in gsplat's "
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -52,6 +53,16 @@ class StaticLayer:
     rgb: Tensor
     alpha: Tensor
     depth_acc: Tensor
+    _numpy: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Cache of `numpy(dtype)`: the layer never changes, and it is read on every rasterisation."""
+
+    def numpy(self, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The layer as contiguous numpy arrays of `dtype`: alpha (C,H,W), features (C,H,W,4), depth (C,H,W)."""
+        key = np.dtype(dtype).str
+        if key not in self._numpy:
+            as_np = lambda t: np.ascontiguousarray(t.detach().cpu().to(torch.float64).numpy(), dtype=dtype)  # noqa: E731
+            self._numpy[key] = (as_np(self.alpha), as_np(self.features()), as_np(self.depth))
+        return self._numpy[key]
 
     @property
     def depth(self) -> Tensor:

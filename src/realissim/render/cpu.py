@@ -41,11 +41,7 @@ def _static_arrays(static: StaticLayer | None, shape: tuple[int, int, int], dtyp
     for name, t, want in (("rgb", static.rgb, (*shape, 3)), ("alpha", static.alpha, shape)):
         if tuple(t.shape) != want:
             raise ValueError(f"static.{name}: expected shape {want}, got {tuple(t.shape)}")
-    return (
-        _np(static.alpha.to(torch.float64)).astype(dtype),
-        _np(static.features().to(torch.float64)).astype(dtype),
-        _np(static.depth.to(torch.float64)).astype(dtype),
-    )
+    return static.numpy(dtype)
 
 
 class _Rasterize(torch.autograd.Function):
