@@ -1,11 +1,13 @@
-"""The `realissim` command: help text, scene export/check, and the demo end to end."""
+"""The `realissim` command: help text, scene export/check, the twin-only push and the closed-loop demo end to end."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from realissim.cli import main
@@ -13,7 +15,7 @@ from realissim.cli import main
 
 def test_help_lists_every_subcommand() -> None:
     out = subprocess.run([sys.executable, "-m", "realissim.cli", "--help"], capture_output=True, text=True, check=True)
-    for name in ("demo", "scene"):
+    for name in ("demo", "push", "scene", "surrogate"):
         assert name in out.stdout
 
 
@@ -31,8 +33,8 @@ def test_scene_write_then_check(tmp_path, capsys) -> None:
 
 
 @pytest.mark.slow
-def test_demo_runs_and_pushes_the_t_to_its_goal(tmp_path, capsys) -> None:
-    assert main(["demo", "--seconds", "4", "--out", str(tmp_path), "--no-progress"]) == 0
+def test_push_runs_and_pushes_the_t_to_its_goal(tmp_path, capsys) -> None:
+    assert main(["push", "--seconds", "4", "--out", str(tmp_path), "--no-progress"]) == 0
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["frames"] == 240
     assert report["t_goal_dist_end_m"] < 0.02 < report["t_goal_dist_start_m"]
@@ -57,3 +59,35 @@ def test_surrogate_runs_and_bad_gap_is_named(tmp_path, capsys) -> None:
     gap.write_text(json.dumps(doc))
     assert main([*args, "--out", str(out), "--no-progress"]) == 2
     assert "arm.latency" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_closed_loop_demo_writes_its_report_recording_and_plots(tmp_path, capsys) -> None:
+    assert main(["demo", "--seconds", "2", "--out", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "| position error, median (mm)" in out and "correction on" in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    for run in ("on", "off"):
+        assert report[run]["pos_err_median_mm"] >= 0 and report[run]["loop_hz"] > 0
+    assert "correct" in report["on"]["timing_ms"] and "correct" not in report["off"]["timing_ms"]
+    for name in ("errors.png", "views.png"):
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+    series = np.load(tmp_path / "series.npz")
+    assert len(series["on_time"]) == len(series["off_pos_err"]) == 120
+    rrd = tmp_path / "demo.rrd"
+    rerun = Path(sys.executable).with_name("rerun")
+    verify = subprocess.run([str(rerun), "rrd", "verify", str(rrd)], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stderr
+    printed = subprocess.run([str(rerun), "rrd", "print", str(rrd)], capture_output=True, text=True, check=True).stdout
+    for entity in ("on/cameras/front/real", "off/world/twin/arm", "on/correction/force_N", "off/error/position_mm"):
+        assert f"correction_{entity}" in printed
+
+
+def test_closed_loop_demo_names_bad_options(tmp_path, capsys) -> None:
+    assert main(["demo", "--seconds", "-1", "--out", str(tmp_path)]) == 2
+    assert "seconds" in capsys.readouterr().err
+    gap = tmp_path / "gap.json"
+    gap.write_text('{"arm": {"latency": "soon"}}')
+    assert main(["demo", "--gap", str(gap), "--out", str(tmp_path)]) == 2
+    assert "arm.latency" in capsys.readouterr().err
+    assert not (tmp_path / "report.json").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from realissim.runtime.desync import DesyncConfig, DesyncDetector
 
@@ -27,3 +28,27 @@ def test_saturated_force_fires_and_warmup_never_does() -> None:
     assert [det.update(1.0, force_saturated=True) for _ in range(3)] == [False, False, True]
     fresh = DesyncDetector(DesyncConfig(warmup=50, frames=3))
     assert not any(fresh.update(100.0) for _ in range(20))  # no baseline yet
+
+
+def test_detector_score_counts_hits_misses_and_false_alarms_against_the_oracle() -> None:
+    from realissim.eval.sync import detector_score, fault_outcome
+
+    t = np.arange(100) / 60
+    err = np.full(100, 0.001)
+    err[10:20] = 0.05  # an episode the detector catches
+    err[40:43] = 0.03  # a short one it misses
+    flags = np.zeros(100, dtype=bool)
+    flags[15:25] = True  # fires late in the first episode, re-arms after it
+    flags[70:75] = True  # fires while the twin is in sync: a false alarm
+    score = detector_score(t, err, flags)
+    assert (score["oracle_episodes"], score["hits"], score["misses"], score["false_alarms"]) == (2, 1, 1, 1)
+    assert score["frames_out_of_sync"] == 13 and score["frames_flagged"] == 15
+    assert score["frames_flagged_in_sync"] == 10
+    assert score["missed_episode_s"] == [pytest.approx(3 / 60, abs=1e-3)]
+    assert fault_outcome(t, err, flags, 0.1, 0.3)["verdict"] == "held"
+    assert fault_outcome(t, err, np.zeros(100, bool), 0.1, 0.3)["verdict"] == "diverged"
+    assert fault_outcome(t, np.full(100, 0.004), flags, 0.1, 0.3) == {
+        "max_err_mm": pytest.approx(4.0),
+        "held_frames": 15,
+        "verdict": "tracked",
+    }

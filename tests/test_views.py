@@ -96,3 +96,24 @@ def test_the_t_appears_where_it_is_and_follows_it(scene: SceneSpec, twin) -> Non
     mujoco.mj_forward(model, moved)
     rgb2, _, _ = views.render(moved)
     assert not torch.allclose(rgb, rgb2)
+
+
+def test_a_window_renders_exactly_those_pixels_of_the_full_image(scene: SceneSpec, twin) -> None:
+    model, data = twin
+    views = TwinViews(scene, model, cameras=_small_cameras(scene, 3))
+    g = views.moving(data.xpos, data.xquat)
+    full, _, _ = views.render(data)
+    window = views.window(g.means[views.object_mask].numpy(), margin=10)
+    assert window.width % 16 == 0 and window.height % 16 == 0
+    assert window.width < views.width and window.height < views.height
+    assert len(set(zip(window.x0, window.y0))) == len(views.cameras)  # each camera its own window
+    keep = window.touches(g.means, 3.0 * g.scales.amax(dim=-1))
+    assert 0 < int(keep.sum()) < len(keep)  # robot Gaussians far from the T are culled
+    kept = [t[keep] for t in g.args()]
+    with torch.no_grad():
+        cut, _, _ = rasterize(
+            *kept, window.Ks, window.X_WCs, window.width, window.height, views.background, static=window.static_layer
+        )
+    np.testing.assert_allclose(cut.numpy(), window.cut(full).numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="leaves"):
+        views.static_layer.crop(window.x0, window.y0, views.width + 16, window.height)

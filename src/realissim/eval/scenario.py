@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,11 +18,12 @@ from tqdm import tqdm
 
 from realissim.assets import panda
 from realissim.demo import PushDemoConfig, push_waypoints
-from realissim.eval.sync import SyncRecorder
+from realissim.eval.sync import SyncRecorder, detector_score, fault_outcome
 from realissim.expert.scripted import joint_trajectory, sample_path
 from realissim.real.gap import Disturbance
 from realissim.real.surrogate_process import Surrogate, SurrogateConfig
-from realissim.runtime.loop import Runtime, RuntimeConfig
+from realissim.real.surrogate_world import OracleState
+from realissim.runtime.loop import FrameReport, Runtime, RuntimeConfig
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK
 
@@ -43,10 +45,32 @@ class ScenarioConfig:
     gap: Path | None = None
     """Reality-gap profile JSON (None: the default)."""
     seed: int = 0
+    faults: tuple[Disturbance, ...] = ()
+    """Faults to inject (each at its own `at`, s): dropped or frozen frames, an occluding hand, lighting. The
+    result says for each whether the twin kept tracking, or the detector fired and the follower held."""
     realtime: bool = False
     """Run on the wall clock: the surrogate paces itself; the twin takes as many 1/60 s frames per loop
     as the wall clock demands (correcting on the first), so it stays aligned with reality in time."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+
+
+@dataclass(frozen=True)
+class ScenarioFrame:
+    """What an observer of `run_scenario` sees after each loop iteration (evaluation only: it holds the
+    oracle's truth). `frame` is the index of the last 1/60 s frame run; `pos_err` m and `yaw_err` rad are the
+    twin-vs-truth errors of the first object."""
+
+    frame: int
+    time: float
+    report: FrameReport
+    truth: OracleState
+    pos_err: float
+    yaw_err: float
+    runtime: Runtime
+    world: Surrogate
+
+
+Observer = Callable[[ScenarioFrame], None]
 
 
 def scripted_targets(scene: SceneSpec, dt: float, n_frames: int) -> np.ndarray:
@@ -59,9 +83,16 @@ def scripted_targets(scene: SceneSpec, dt: float, n_frames: int) -> np.ndarray:
     return targets[idx]
 
 
-def run_scenario(scene: SceneSpec, config: ScenarioConfig, progress: bool = True) -> dict:
-    """Run the scenario online in lock-step; returns sync metrics, follower tracking, timing (median ms
-    per stage) and the per-frame error series."""
+def run_scenario(
+    scene: SceneSpec,
+    config: ScenarioConfig,
+    progress: bool = True,
+    observer: Observer | None = None,
+    label: str = "scenario",
+) -> dict:
+    """Run the scenario online (lock-step, or real time); returns sync metrics, follower tracking, timing
+    (median ms per stage) and the per-frame error series. `observer` is called after every loop iteration;
+    `label` names the progress bar."""
     n = round(config.seconds * 60)
     targets = scripted_targets(scene, 1 / 60, n)
     recorder = SyncRecorder()
@@ -72,9 +103,12 @@ def run_scenario(scene: SceneSpec, config: ScenarioConfig, progress: bool = True
     obj = scene.objects[0].name
     with Surrogate(scene, surrogate) as world:
         runtime = Runtime(scene, config.runtime, world)
+        for fault in config.faults:
+            world.disturb(fault)
+        desynced: list[bool] = []
         pushed = False
         wall0, k = time.monotonic(), 0
-        bar = tqdm(total=n, desc="scenario", unit="frame", disable=not progress)
+        bar = tqdm(total=n, desc=label, unit="frame", disable=not progress)
         while k < n:
             if not pushed and k / 60 >= config.push_time:
                 world.disturb(Disturbance(kind="move_object", object=obj, displacement=config.hand_push))
@@ -89,6 +123,7 @@ def run_scenario(scene: SceneSpec, config: ScenarioConfig, progress: bool = True
             for key, value in report.timing.items():
                 timings.setdefault(key, []).append(value)
             truth = world.oracle.read()
+            desynced.append(report.desynced)
             recorder.add(
                 truth.time,
                 report.state.object_pos[0],
@@ -96,6 +131,12 @@ def run_scenario(scene: SceneSpec, config: ScenarioConfig, progress: bool = True
                 truth.object_pos[0],
                 truth.object_quat[0],
             )
+            if observer is not None:
+                observer(
+                    ScenarioFrame(
+                        k - 1, truth.time, report, truth, recorder.pos_err[-1], recorder.yaw_err[-1], runtime, world
+                    )
+                )
         bar.close()
         follower = runtime.follower.tracking.summary() if runtime.follower else {"rms_rad": float("nan")}
         events = list(runtime.detector.events) if runtime.detector else []
@@ -104,5 +145,18 @@ def run_scenario(scene: SceneSpec, config: ScenarioConfig, progress: bool = True
     out["loop_hz"] = 1.0 / float(np.median(frame_s))
     out["desync_events"] = [(frame / 60, kind) for frame, kind in events]
     out["timing_ms"] = {key: 1e3 * float(np.median(v)) for key, v in timings.items()}
-    out["series"] = {"time": recorder.times, "pos_err": recorder.pos_err, "yaw_err": recorder.yaw_err}
+    times, errors = np.asarray(recorder.times), np.asarray(recorder.pos_err)
+    if runtime.detector is not None:
+        out["detector"] = detector_score(times, errors, np.asarray(desynced))
+    out["faults"] = [
+        {"kind": f.kind, "camera": f.camera, "at": f.at, "duration": f.duration}
+        | fault_outcome(times, errors, np.asarray(desynced), f.at, f.at + f.duration)
+        for f in config.faults
+    ]
+    out["series"] = {
+        "time": recorder.times,
+        "pos_err": recorder.pos_err,
+        "yaw_err": recorder.yaw_err,
+        "desynced": desynced,
+    }
     return out

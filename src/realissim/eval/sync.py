@@ -59,3 +59,64 @@ class SyncRecorder:
         if events:
             out["recovery_s"] = max(self.recovery(e) for e in events)
         return out
+
+
+DESYNC_M = 0.02
+"""The oracle calls the twin out of sync when an object's position error exceeds this, m."""
+
+
+def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) index ranges where `flags` is True."""
+    edges = np.diff(np.concatenate([[0], flags.astype(np.int8), [0]]))
+    return list(zip(np.nonzero(edges == 1)[0].tolist(), np.nonzero(edges == -1)[0].tolist()))
+
+
+def detector_score(
+    times: np.ndarray, pos_err: np.ndarray, desynced: np.ndarray, threshold: float = DESYNC_M
+) -> dict[str, float | int | list]:
+    """The desync detector judged against the oracle (evaluation only).
+
+    An oracle episode is a run of frames with position error > `threshold` m; the detector hits it if it
+    reports desync at any frame of the episode. A detector alarm (a run of frames it reports desync) is
+    false if the oracle error stays ≤ `threshold` throughout it. Also returns the frames of each kind and
+    the length (s) of each missed episode (short ones are those the correction itself closed)."""
+    times, pos_err, desynced = np.asarray(times), np.asarray(pos_err), np.asarray(desynced, dtype=bool)
+    bad = pos_err > threshold
+    episodes, alarms = _runs(bad), _runs(desynced)
+    hits = [e for e in episodes if desynced[e[0] : e[1]].any()]
+    missed = [e for e in episodes if not desynced[e[0] : e[1]].any()]
+    false = [a for a in alarms if not bad[a[0] : a[1]].any()]
+    dt = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
+    return {
+        "oracle_episodes": len(episodes),
+        "hits": len(hits),
+        "misses": len(missed),
+        "false_alarms": len(false),
+        "alarms": len(alarms),
+        "frames_out_of_sync": int(bad.sum()),
+        "frames_flagged": int(desynced.sum()),
+        "frames_flagged_in_sync": int((desynced & ~bad).sum()),
+        "missed_episode_s": [round((e - s) * dt, 3) for s, e in missed],
+    }
+
+
+def fault_outcome(
+    times: np.ndarray,
+    pos_err: np.ndarray,
+    desynced: np.ndarray,
+    start: float,
+    end: float,
+    threshold: float = DESYNC_M,
+) -> dict[str, float | int | str]:
+    """What a fault lasting [start, end) s did, judged over it and the second after it: the largest position
+    error (mm), the frames the detector reported desync (the follower held the real arm), and the verdict:
+    "tracked" (error stayed ≤ `threshold`), "held" (it did not, and the detector fired and the follower held),
+    or "diverged" (it did not, unnoticed)."""
+    times, pos_err, desynced = np.asarray(times), np.asarray(pos_err), np.asarray(desynced, dtype=bool)
+    window = (times >= start) & (times < end + 1.0)
+    if not window.any():
+        return {"max_err_mm": math.nan, "held_frames": 0, "verdict": "not reached"}
+    worst = float(pos_err[window].max())
+    held = int(desynced[window].sum())
+    verdict = "tracked" if worst <= threshold else ("held" if held else "diverged")
+    return {"max_err_mm": 1e3 * worst, "held_frames": held, "verdict": verdict}

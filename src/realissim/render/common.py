@@ -18,6 +18,7 @@ All backends implement the same image formation (standard 3DGS, as in gsplat's "
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,6 +76,27 @@ class StaticLayer:
     def features(self) -> Tensor:
         """(C,H,W,4) premultiplied RGB and depth."""
         return torch.cat([self.rgb, self.depth_acc[..., None]], dim=-1)
+
+    def crop(self, x0: Sequence[int], y0: Sequence[int], width: int, height: int) -> StaticLayer:
+        """The layer cut to one window of width × height px per camera, camera c's starting at pixel
+        (x0[c], y0[c]) (for rendering a crop: the same camera with its principal point moved by −x0, −y0).
+        Cached numpy conversions are cut too, so the crop costs no conversion."""
+        if len(x0) != self.alpha.shape[0] or len(y0) != self.alpha.shape[0]:
+            raise ValueError(f"x0, y0: one offset per camera ({self.alpha.shape[0]}), got {len(x0)} and {len(y0)}")
+        h, w = self.alpha.shape[1:]
+        for c, (x, y) in enumerate(zip(x0, y0)):
+            if not (0 <= x <= w - width and 0 <= y <= h - height):
+                raise ValueError(f"crop of camera {c}: {width}x{height} at ({x}, {y}) leaves the {w}x{h} layer")
+        windows = list(zip(x0, y0))
+
+        def cut(t: Tensor | np.ndarray) -> Tensor | np.ndarray:
+            parts = [t[c, y : y + height, x : x + width] for c, (x, y) in enumerate(windows)]
+            return torch.stack(parts) if isinstance(t, Tensor) else np.ascontiguousarray(np.stack(parts))
+
+        out = StaticLayer(cut(self.rgb), cut(self.alpha), cut(self.depth_acc))  # type: ignore[arg-type]
+        for key, arrays in self._numpy.items():
+            out._numpy[key] = tuple(cut(a) for a in arrays)
+        return out
 
 
 def check_inputs(

@@ -9,6 +9,7 @@ the robot; on CUDA (gsplat) everything is rasterised every frame.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import mujoco
@@ -24,6 +25,41 @@ from realissim.twin.appearance import SceneAppearance
 
 DEFAULT_BACKGROUND = (0.12, 0.12, 0.14)
 """RGB behind everything (beyond the table)."""
+
+
+@dataclass(frozen=True)
+class ViewWindow:
+    """A width × height px window of every camera's image, camera c's starting at pixel (x0[c], y0[c]):
+    rendering with `Ks` (principal points moved by −x0, −y0) and `static_layer` gives exactly those pixels
+    of the full render."""
+
+    x0: tuple[int, ...]
+    y0: tuple[int, ...]
+    width: int
+    height: int
+    Ks: Tensor
+    X_WCs: Tensor
+    static_layer: StaticLayer | None
+
+    def touches(self, means: Tensor, extent: Tensor) -> Tensor:
+        """(N,) bool: which Gaussians (world means (N,3) m, extent (N,) m, e.g. 3× their largest scale) may
+        cover a pixel of the window in some camera (conservative: a bounding circle of the projected extent);
+        the others cannot change the window's render."""
+        K = self.Ks.to(means)
+        X_CW = torch.linalg.inv(self.X_WCs.to(means))
+        p = torch.einsum("cij,nj->cni", X_CW[:, :3, :3], means) + X_CW[:, None, :3, 3]
+        z = p[..., 2].clamp_min(1e-6)
+        u = K[:, None, 0, 0] * p[..., 0] / z + K[:, None, 0, 2]
+        v = K[:, None, 1, 1] * p[..., 1] / z + K[:, None, 1, 2]
+        r = K[:, None, 0, 0].maximum(K[:, None, 1, 1]) * extent[None] / z + 2.0
+        inside = (u + r > 0) & (u - r < self.width) & (v + r > 0) & (v - r < self.height)
+        return ((p[..., 2] > 0) & inside).any(dim=0)
+
+    def cut(self, images: Tensor) -> Tensor:
+        """The window of full-size images (C,H,W,...) → (C,height,width,...)."""
+        return torch.stack(
+            [images[c, y : y + self.height, x : x + self.width] for c, (x, y) in enumerate(zip(self.x0, self.y0))]
+        )
 
 
 class TwinViews:
@@ -91,6 +127,41 @@ class TwinViews:
         )
         self.background = background.detach()
         self._render_static_layer()
+
+    def window(self, points: np.ndarray, margin: int, multiple: int = 16) -> ViewWindow:
+        """The smallest common window around world points (N,3) m in every camera, grown by `margin` px on
+        each side, its size rounded up to `multiple` px and clamped to the image (the full image when no
+        point lies in front of a camera)."""
+        pts = np.asarray(points, dtype=np.float64)
+        boxes = []
+        for K, X_WC in zip(self.Ks.double().cpu().numpy(), self.X_WCs.double().cpu().numpy()):
+            p = (pts - X_WC[:3, 3]) @ X_WC[:3, :3]
+            p = p[p[:, 2] > 1e-3]
+            if len(p) == 0:
+                boxes.append((0.0, 0.0, float(self.width), float(self.height)))
+                continue
+            u = K[0, 0] * p[:, 0] / p[:, 2] + K[0, 2]
+            v = K[1, 1] * p[:, 1] / p[:, 2] + K[1, 2]
+            boxes.append((u.min() - margin, v.min() - margin, u.max() + margin, v.max() + margin))
+        b = np.asarray(boxes)
+        b[:, [0, 2]] = b[:, [0, 2]].clip(0, self.width)
+        b[:, [1, 3]] = b[:, [1, 3]].clip(0, self.height)
+        round_up = lambda n, full: int(min(full, max(multiple, -(-int(np.ceil(n)) // multiple) * multiple)))  # noqa: E731
+        width = round_up((b[:, 2] - b[:, 0]).max(), self.width)
+        height = round_up((b[:, 3] - b[:, 1]).max(), self.height)
+        centre = 0.5 * (b[:, :2] + b[:, 2:])
+        x0 = tuple(int(np.clip(round(c - width / 2), 0, self.width - width)) for c in centre[:, 0])
+        y0 = tuple(int(np.clip(round(c - height / 2), 0, self.height - height)) for c in centre[:, 1])
+        Ks = self.Ks.clone()
+        Ks[:, 0, 2] -= torch.tensor(x0, dtype=Ks.dtype, device=Ks.device)
+        Ks[:, 1, 2] -= torch.tensor(y0, dtype=Ks.dtype, device=Ks.device)
+        layer = None if self.static_layer is None else self.static_layer.crop(x0, y0, width, height)
+        return ViewWindow(x0, y0, width, height, Ks, self.X_WCs, layer)
+
+    def full_window(self) -> ViewWindow:
+        """The whole image of every camera as a window."""
+        n = len(self.cameras)
+        return ViewWindow((0,) * n, (0,) * n, self.width, self.height, self.Ks, self.X_WCs, self.static_layer)
 
     def moving(self, xpos: np.ndarray, xquat: np.ndarray) -> Gaussians:
         """World-frame Gaussians of everything that moves, for body poses (nbody,3) m and (nbody,4) wxyz."""
