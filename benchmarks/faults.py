@@ -3,9 +3,10 @@
 Each run lasts `--seconds` (default 10); the unseen hand moves the T by 5 cm at half of it, and the fault
 covers the push: it starts `--lead` s before and lasts `--duration` s. For each fault the table gives the
 largest position error over the fault and the second after it, the frames the desync detector reported
-desync (the follower held the real arm), the verdict ("tracked": the error stayed ≤ 2 cm; "held": it did
-not, and the detector fired and the follower held; "diverged": it did not, unnoticed), the re-convergence
-time after the hand, and the detector's score against the oracle (error > 2 cm).
+desync (the follower held the real arm, the twin arm held too), the verdict ("tracked": the error stayed
+≤ 2 cm; "held": it did not, and the detector fired and the arms held; "recovered": it did not, unnoticed,
+but the twin was back within 1 s of the fault's end; "diverged": none of these), the re-convergence time
+(< 5 mm) after the hand, and the detector's score against the oracle (error > 2 cm).
 
     python benchmarks/faults.py [--gap FILE] [--json out.json] [--seconds 10]
 """
@@ -66,14 +67,16 @@ def main(args: Args) -> dict:
         results[name] = out
     print(f"gap: {args.gap or 'default'}, lock-step, {args.seconds:g} s, hand push at {push:g} s, "
           f"each fault from {push - args.lead:g} s for {args.duration:g} s")  # fmt: skip
-    header = ("fault", "max err (mm)", "held frames", "verdict", "recovery (s)", "median (mm)", "detector")
+    header = ("fault", "max err (mm)", "back ≤ 2 cm after (s)", "held frames", "verdict", "recovery (s)", "median (mm)",
+              "detector")  # fmt: skip
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("-" * (len(h) + 2) for h in header) + "|")
     for name, out in results.items():
         f, d = out["faults"][0], out["detector"]
         score = f"{d['hits']}/{d['oracle_episodes']} hit, {d['false_alarms']} false"
         print(
-            f"| {name} | {f['max_err_mm']:.1f} | {f['held_frames']} | {f['verdict']} | {out['recovery_s']:.2f} "
+            f"| {name} | {f['max_err_mm']:.1f} | {f['back_in_sync_s']:.2f} | {f['held_frames']} | {f['verdict']} "
+            f"| {out['recovery_s']:.2f} "
             f"| {out['pos_err_median_mm']:.2f} | {score} |"
         )
     if args.json is not None:

@@ -127,6 +127,30 @@ def test_camera_refinement_recovers_a_rotation_error(setup) -> None:
     ).abs().mean()
 
 
+def test_camera_refinement_recovers_focal_scale_and_principal_point(setup) -> None:
+    from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras
+
+    twin, _, _ = setup
+    twin.reset()
+    cams = [c.resized(*SIZE) for c in twin.scene.cameras]
+    truth = TwinViews(twin.scene, twin.model, cameras=cams)
+    Ks = truth.Ks.clone()
+    Ks[:, :2, :2] *= 1.02
+    Ks[:, 0, 2] += 1.0
+    Ks[:, 1, 2] -= 0.6
+    truth.set_cameras(Ks=Ks)
+    images = truth.render(twin.data)[0]
+    told = TwinViews(twin.scene, twin.model, cameras=cams)
+    before = (told.render(twin.data)[0] - images).abs().mean()
+    config = CameraRefineConfig(steps=100, lr_rotation=1e-3, lr_translation=1e-9, intrinsics=True)
+    refine_cameras(told, twin.data.xpos, twin.data.xquat, images, config)
+    scale = (told.Ks[:, 0, 0] / TwinViews(twin.scene, twin.model, cameras=cams).Ks[:, 0, 0]).numpy()
+    np.testing.assert_allclose(scale, 1.02, atol=0.006)
+    assert (told.render(twin.data)[0] - images).abs().mean() < 0.5 * before
+    with pytest.raises(ValueError, match="Ks"):
+        told.set_cameras(Ks=torch.full((3, 3, 3), float("nan")))
+
+
 def test_vector_adam_steps_along_each_rows_gradient() -> None:
     from realissim.twin.correction import VectorAdam
 
@@ -137,3 +161,21 @@ def test_vector_adam_steps_along_each_rows_gradient() -> None:
     # One second moment per row: the first step is along -g, of length lr·sqrt(3) (v is the row's mean square).
     np.testing.assert_allclose(p.detach()[0].numpy(), -0.01 * np.sqrt(3) * np.array([0.6, 0.0, 0.8]), rtol=1e-5)
     np.testing.assert_allclose(p.detach()[1].numpy(), [0.0, 0.01 * np.sqrt(3), 0.0], rtol=1e-5)
+
+
+def test_a_resting_object_gets_only_the_in_plane_part_of_its_wrench(setup) -> None:
+    from realissim.twin.support import planar_wrenches, support_normals
+
+    twin, _, correction = setup
+    twin.reset()
+    twin.step()
+    normals = support_normals(twin.model, twin.data, correction.object_bodies)
+    np.testing.assert_allclose(normals[0], [0.0, 0.0, 1.0], atol=1e-6)  # the T rests on the table
+    wrench = np.array([[1.0, -2.0, -4.0, 0.3, -0.2, 0.1]])
+    np.testing.assert_allclose(planar_wrenches(wrench, normals), [[1.0, -2.0, 0.0, 0.0, 0.0, 0.1]])
+    np.testing.assert_allclose(planar_wrenches(wrench, np.zeros((1, 3))), wrench)  # in the air: unchanged
+    lifted = mujoco.MjData(twin.model)
+    lifted.qpos[:] = twin.data.qpos
+    lifted.qpos[_t_qpos(twin) + 2] += 0.1
+    mujoco.mj_forward(twin.model, lifted)
+    assert not support_normals(twin.model, lifted, correction.object_bodies).any()

@@ -46,9 +46,14 @@ def test_detector_score_counts_hits_misses_and_false_alarms_against_the_oracle()
     assert score["frames_flagged_in_sync"] == 10
     assert score["missed_episode_s"] == [pytest.approx(3 / 60, abs=1e-3)]
     assert fault_outcome(t, err, flags, 0.1, 0.3)["verdict"] == "held"
-    assert fault_outcome(t, err, np.zeros(100, bool), 0.1, 0.3)["verdict"] == "diverged"
+    lost = fault_outcome(t, err, np.zeros(100, bool), 0.1, 0.3)
+    assert lost["verdict"] == "recovered" and lost["back_in_sync_s"] == pytest.approx(20 / 60 - 0.3)
+    stuck = err.copy()
+    stuck[10:] = 0.05
+    assert fault_outcome(t, stuck, np.zeros(100, bool), 0.1, 0.3)["verdict"] == "diverged"
     assert fault_outcome(t, np.full(100, 0.004), flags, 0.1, 0.3) == {
         "max_err_mm": pytest.approx(4.0),
         "held_frames": 15,
+        "back_in_sync_s": 0.0,
         "verdict": "tracked",
     }

@@ -107,16 +107,27 @@ def fault_outcome(
     start: float,
     end: float,
     threshold: float = DESYNC_M,
+    grace: float = 1.0,
 ) -> dict[str, float | int | str]:
-    """What a fault lasting [start, end) s did, judged over it and the second after it: the largest position
-    error (mm), the frames the detector reported desync (the follower held the real arm), and the verdict:
-    "tracked" (error stayed ≤ `threshold`), "held" (it did not, and the detector fired and the follower held),
-    or "diverged" (it did not, unnoticed)."""
+    """What a fault lasting [start, end) s did, judged over it and the `grace` s after it (evaluation only).
+
+    Returns the largest position error (mm), the frames the detector reported desync (the follower held the
+    real arm), the seconds after the fault until the error was back ≤ `threshold` (inf if never; 0 if it
+    never left), and the verdict: "tracked" (the error stayed ≤ `threshold`), "held" (it did not, and the
+    detector fired and the follower held), "recovered" (it did not, unnoticed, but was back within `grace`
+    s of the fault's end: the cameras could not show the change until then), or "diverged"."""
     times, pos_err, desynced = np.asarray(times), np.asarray(pos_err), np.asarray(desynced, dtype=bool)
-    window = (times >= start) & (times < end + 1.0)
+    window = (times >= start) & (times < end + grace)
     if not window.any():
-        return {"max_err_mm": math.nan, "held_frames": 0, "verdict": "not reached"}
+        return {"max_err_mm": math.nan, "held_frames": 0, "back_in_sync_s": math.nan, "verdict": "not reached"}
     worst = float(pos_err[window].max())
     held = int(desynced[window].sum())
-    verdict = "tracked" if worst <= threshold else ("held" if held else "diverged")
-    return {"max_err_mm": 1e3 * worst, "held_frames": held, "verdict": verdict}
+    after = np.nonzero((times >= end) & (pos_err <= threshold))[0]
+    back = 0.0 if worst <= threshold else (float(times[after[0]] - end) if len(after) else math.inf)
+    if worst <= threshold:
+        verdict = "tracked"
+    elif held:
+        verdict = "held"
+    else:
+        verdict = "recovered" if back <= grace else "diverged"
+    return {"max_err_mm": 1e3 * worst, "held_frames": held, "back_in_sync_s": back, "verdict": verdict}

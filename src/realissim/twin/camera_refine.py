@@ -34,6 +34,13 @@ class CameraRefineConfig:
     """rad."""
     lr_translation: float = 2e-3
     """m."""
+    intrinsics: bool = False
+    """Also refine each camera's focal scale and principal point (by warping the real image onto the told
+    intrinsics; `views` then renders with the refined K)."""
+    lr_focal: float = 1e-3
+    """Focal scale (relative)."""
+    lr_principal: float = 0.05
+    """Principal point, px."""
 
 
 def _rotvec_matrix(r: Tensor) -> Tensor:
@@ -67,14 +74,19 @@ def refine_cameras(
     scene = Gaussians(*(torch.cat([a, b]).detach() for a, b in zip(g.args(), views.static.args())))
     out = np.zeros((len(views.cameras), 6))
     new_poses = views.X_WCs.clone()
+    new_Ks = views.Ks.clone()
     for c in range(len(views.cameras)):
         X = views.X_WCs[c].to(torch.float32)
         background = views.background[c : c + 1] if views.background.ndim == 2 else views.background
         rot = torch.zeros(3, requires_grad=True)
         trans = torch.zeros(3, requires_grad=True)
-        optimiser = torch.optim.Adam(
-            [{"params": [rot], "lr": config.lr_rotation}, {"params": [trans], "lr": config.lr_translation}]
-        )
+        focal = torch.zeros(1, requires_grad=True)  # log of the real focal length over the told one
+        principal = torch.zeros(2, requires_grad=True)  # real principal point minus the told one, px
+        groups = [{"params": [rot], "lr": config.lr_rotation}, {"params": [trans], "lr": config.lr_translation}]
+        if config.intrinsics:
+            groups += [{"params": [focal], "lr": config.lr_focal}, {"params": [principal], "lr": config.lr_principal}]
+        optimiser = torch.optim.Adam(groups)
+        K = views.Ks[c].to(torch.float32)
         losses = []
         for step in range(config.steps + 1):
             with torch.set_grad_enabled(step < config.steps):
@@ -88,7 +100,8 @@ def refine_cameras(
                     means, quats, scene.scales, scene.colors, scene.opacities, views.Ks[c : c + 1], X[None],
                     views.width, views.height, background, views.backend,
                 )  # fmt: skip
-                loss = ((rgb[0] - target[c]) ** 2).mean()
+                seen = _warp(target[c], K, focal.exp(), principal) if config.intrinsics else target[c]
+                loss = ((rgb[0] - seen) ** 2).mean()
             losses.append(float(loss.detach()))
             if step == config.steps:
                 break
@@ -99,10 +112,34 @@ def refine_cameras(
         delta[:3, :3] = _rotvec_matrix(rot.detach())
         delta[:3, 3] = trans.detach()
         new_poses[c] = X @ delta
+        if config.intrinsics:
+            scale = float(focal.detach().exp())
+            new_Ks[c, :2, :2] *= scale
+            new_Ks[c, :2, 2] += principal.detach().to(new_Ks.dtype)
+            log.info("camera %s: focal ×%.4f, principal point %+.2f, %+.2f px", views.cameras[c].name, scale,
+                     *principal.detach().tolist())  # fmt: skip
         out[c] = np.concatenate([rot.detach().numpy(), trans.detach().numpy()])
         log.info(
             "camera %s: pose corrected by %.2f mrad, %.1f mm (loss %.5f → %.5f)", views.cameras[c].name,
             1e3 * float(rot.detach().norm()), 1e3 * float(trans.detach().norm()), losses[0], losses[-1],
         )  # fmt: skip
-    views.set_camera_poses(new_poses)
+    views.set_cameras(X_WCs=new_poses, Ks=new_Ks if config.intrinsics else None)
     return out
+
+
+def _warp(image: Tensor, K: Tensor, scale: Tensor, principal: Tensor) -> Tensor:
+    """The real image (H,W,3), taken with focal lengths `scale`·(fx, fy) and principal point (cx, cy) +
+    `principal` px, resampled (bilinear) onto the told intrinsics K (3,3): pixel centre u of the result
+    samples the real image at scale·(u − cx) + cx + principal_x (likewise v)."""
+    h, w = image.shape[:2]
+    u = torch.arange(w, dtype=image.dtype) + 0.5
+    v = torch.arange(h, dtype=image.dtype) + 0.5
+    u_real = scale * (u - K[0, 2]) + K[0, 2] + principal[0]
+    v_real = scale * (v - K[1, 2]) + K[1, 2] + principal[1]
+    gx = (2 * u_real / w - 1)[None, :].expand(h, w)
+    gy = (2 * v_real / h - 1)[:, None].expand(h, w)
+    grid = torch.stack([gx, gy], dim=-1)[None]
+    out = torch.nn.functional.grid_sample(
+        image.permute(2, 0, 1)[None], grid, mode="bilinear", padding_mode="border", align_corners=False
+    )
+    return out[0].permute(1, 2, 0)

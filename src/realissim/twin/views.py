@@ -111,9 +111,20 @@ class TwinViews:
 
     def set_camera_poses(self, X_WCs: Tensor) -> None:
         """Replace the camera-to-world poses (C,4,4) (e.g. after calibration); re-renders the static layer."""
-        if tuple(X_WCs.shape) != tuple(self.X_WCs.shape):
-            raise ValueError(f"X_WCs: expected shape {tuple(self.X_WCs.shape)}, got {tuple(X_WCs.shape)}")
-        self.X_WCs = X_WCs.detach().to(self.X_WCs)
+        self.set_cameras(X_WCs=X_WCs)
+
+    def set_cameras(self, X_WCs: Tensor | None = None, Ks: Tensor | None = None) -> None:
+        """Replace the camera-to-world poses (C,4,4) and/or intrinsics (C,3,3) (e.g. after calibration);
+        re-renders the static layer."""
+        for name, new, old in (("X_WCs", X_WCs, self.X_WCs), ("Ks", Ks, self.Ks)):
+            if new is not None and tuple(new.shape) != tuple(old.shape):
+                raise ValueError(f"{name}: expected shape {tuple(old.shape)}, got {tuple(new.shape)}")
+            if new is not None and not bool(torch.isfinite(new).all()):
+                raise ValueError(f"{name}: must be finite")
+        if X_WCs is not None:
+            self.X_WCs = X_WCs.detach().to(self.X_WCs)
+        if Ks is not None:
+            self.Ks = Ks.detach().to(self.Ks)
         self._render_static_layer()
 
     def set_colors(self, moving: Tensor, static: Tensor, background: Tensor) -> None:
