@@ -16,8 +16,6 @@ from pathlib import Path
 
 import tyro
 
-from realissim.loop_demo import LoopDemoConfig, format_table, jsonable, run_loop_demo
-
 
 @dataclass
 class Args:
@@ -36,6 +34,12 @@ class Args:
 
 
 def main(args: Args) -> dict:
+    if args.realtime:
+        from realissim.threads import reserve_core_for_world
+
+        reserve_core_for_world()  # before numba is imported
+    from realissim.loop_demo import LoopDemoConfig, format_table, jsonable, run_loop_demo
+
     config = LoopDemoConfig(seconds=args.seconds, gap=args.gap, realtime=args.realtime, seed=args.seed, record=False)
     results = run_loop_demo(config, out=None)
     clock = "real time" if args.realtime else "lock-step"

@@ -42,6 +42,10 @@ class Demo:
     """Show progress bars."""
 
     def run(self) -> int:
+        if self.realtime:
+            from realissim.threads import reserve_core_for_world
+
+            reserve_core_for_world()
         from realissim.loop_demo import LoopDemoConfig, format_table, run_loop_demo
         from realissim.real.gap import load_gap
         from realissim.real.surrogate_process import SurrogateError

@@ -23,6 +23,7 @@ import multiprocessing as mp
 import os
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -144,7 +145,8 @@ class Surrogate:
         cfg = asdict(self.config) | {"gap": str(self.config.gap) if self.config.gap else None}
         args = (scene_to_dict(self.scene), cfg, segment.name, self.layout, child_conn, self.size)
         process = ctx.Process(target=_child_main, args=args, name="realissim-surrogate", daemon=True)
-        process.start()
+        with _child_environment():
+            process.start()
         child_conn.close()
         self._process, self._conn, self._segment = process, parent_conn, segment
         self._finalizer = weakref.finalize(self, _shutdown, process, parent_conn, segment, self.config.timeout)
@@ -339,3 +341,25 @@ def _child_main(scene_doc: dict, cfg: dict, shm_name: str, layout: ShmLayout, co
     from realissim.real.surrogate_loop import run_child
 
     run_child(scene_from_dict(scene_doc), cfg, SharedSegment(layout, name=shm_name), conn, size)
+
+
+CHILD_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+"""Thread pools limited to one thread in the surrogate's process (unless set by the user): its arrays are
+small, and it should leave the other cores to the twin (a precaution; the measured cost on 2 cores came
+from the twin's own numba pool, see `realissim.threads`)."""
+
+
+@contextlib.contextmanager
+def _child_environment() -> Iterator[None]:
+    """Environment for spawning the child: one thread per pool (`CHILD_THREAD_VARIABLES`), restored after."""
+    saved = {name: os.environ.get(name) for name in CHILD_THREAD_VARIABLES}
+    for name in CHILD_THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
