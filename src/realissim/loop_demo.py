@@ -30,6 +30,7 @@ METRICS = (
     ("yaw_err_median_deg", "yaw error, median (deg)"),
     ("yaw_err_p95_deg", "yaw error, p95 (deg)"),
     ("recovery_s", "re-convergence < 5 mm after the hand (s)"),
+    ("recovery_10mm_s", "re-convergence < 10 mm after the hand (s)"),
     ("follower_rms_rad", "follower tracking RMS (rad)"),
     ("loop_hz", "loop rate (Hz)"),
 )

@@ -47,7 +47,7 @@ class SyncRecorder:
 
     def summary(self, events: tuple[float, ...] = ()) -> dict[str, float]:
         """Median and p95 of the position error (mm) and yaw error (deg), and the worst re-convergence time
-        (s) after the given event times."""
+        (s) after the given event times, below `RECOVERED_M` and below twice it."""
         pos = 1e3 * np.asarray(self.pos_err)
         yaw = np.degrees(np.asarray(self.yaw_err))
         out = {
@@ -58,6 +58,7 @@ class SyncRecorder:
         }
         if events:
             out["recovery_s"] = max(self.recovery(e) for e in events)
+            out["recovery_10mm_s"] = max(self.recovery(e, 2 * RECOVERED_M) for e in events)
         return out
 
 
