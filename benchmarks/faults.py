@@ -41,6 +41,8 @@ class Args:
     duration: float = 1.5
     """How long each fault lasts, s."""
     seed: int = 0
+    only: str | None = None
+    """Run only the faults whose name contains this."""
 
 
 def faults(at: float, duration: float, front: str) -> dict[str, Disturbance]:
@@ -61,6 +63,8 @@ def main(args: Args) -> dict:
     push = args.seconds / 2
     results = {}
     for name, fault in faults(push - args.lead, args.duration, scene.cameras[0].name).items():
+        if args.only is not None and args.only not in name:
+            continue
         config = ScenarioConfig(seconds=args.seconds, push_time=push, gap=args.gap, seed=args.seed, faults=(fault,))
         out = run_scenario(scene, config, label=name)
         out.pop("series")

@@ -71,7 +71,8 @@ class RuntimeConfig:
 @dataclass(frozen=True)
 class FrameReport:
     """One frame: the twin's state after it, the correction (None when off), and the time each stage
-    took, s (keys: sense, correct, physics, follow, world)."""
+    took, s (keys: sense = reading the arm and the frames from shared memory, correct (with its parts
+    correct.prepare, correct.forward, correct.backward, correct.optimiser), physics, follow, world)."""
 
     state: TwinState
     correction: CorrectionResult | None
@@ -152,6 +153,7 @@ class Runtime:
                 )
                 self.detector.update(result.loss_after, saturated)
             timing["correct"] = clock() - t0
+            timing.update({f"correct.{key}": value for key, value in result.stages.items()})
         t0 = clock()
         if self.desynced:  # hold the twin arm with the real one, so the two stay consistent until re-armed
             if self._held_target is None:

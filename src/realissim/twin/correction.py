@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import mujoco
@@ -62,6 +62,9 @@ class CorrectionConfig:
     huber_delta: float = 0.01
     """Where the Huber loss turns from quadratic to linear (intensity units, 1 = full scale); about the
     cameras' noise level (the default gap's σ is 2/255)."""
+    exposure: bool = True
+    """Compensate a global brightness change per camera and channel: each frame, the gain that best maps the
+    render at the twin's pose onto the real window (least squares) scales the render in the loss."""
     max_force: float = 20.0
     """Largest visual force on a body, N (larger ones are scaled down, torque with them)."""
     mode: Literal["gaussians", "rigid"] = "rigid"
@@ -98,13 +101,17 @@ class CorrectionConfig:
 class CorrectionResult:
     """One frame's correction: wrenches (K,6) [force N, torque N·m] in the world frame at each object's
     centre of mass; the photometric loss (over the optimised window) at the twin's pose and at the start of
-    the last step; the mean Gaussian displacement per object (K,) m; and the time spent, s."""
+    the last step; the mean Gaussian displacement per object (K,) m; and the time spent, s, in all and per
+    stage (`stages`: forward = rendering and loss, backward = their gradients, optimiser = the steps,
+    summed over the iterations; prepare = the rest: placing the Gaussians, the window, the culling and the
+    wrenches)."""
 
     wrenches: np.ndarray
     loss_before: float
     loss_after: float
     displacement: np.ndarray
     seconds: float
+    stages: dict[str, float] = field(default_factory=dict)
 
 
 def photometric_loss(rgb: Tensor, target: Tensor, kind: str, delta: float) -> Tensor:
@@ -125,6 +132,7 @@ class VisualCorrection:
         the cameras deliver); `model` is the twin's MuJoCo model."""
         self.views, self.model, self.config = views, model, config
         self._kin = mujoco.MjData(model)
+        self._stages: dict[str, float] = {}
         mask = views.object_mask
         self._obj = torch.nonzero(mask).squeeze(-1)
         self._rest = torch.nonzero(~mask).squeeze(-1)
@@ -158,6 +166,7 @@ class VisualCorrection:
         """Wrenches for body poses (see `poses`) given the real images (C,H,W,3) float in [0, 1] (or uint8);
         `velocity` (K,6) [linear m/s, angular rad/s] of the objects, world frame, feeds rigid mode's damping."""
         start = time.perf_counter()
+        self._stages = dict.fromkeys(("prepare", "forward", "backward", "optimiser"), 0.0)
         cfg, views = self.config, self.views
         target = images.to(torch.float32) / 255.0 if images.dtype == torch.uint8 else images.to(torch.float32)
         expected = (len(views.cameras), views.height, views.width, 3)
@@ -184,7 +193,10 @@ class VisualCorrection:
             groups = [{"params": [means], "lr": cfg.lr_means}, {"params": [quats], "lr": cfg.lr_quats}]
             losses = self._optimise(groups, lambda: [means, quats, *rest], fixed, target, window)
             wrenches, moved = self._wrenches(means.detach().double() - means0.double(), means0.double(), xipos)
-        return CorrectionResult(wrenches, losses[0], losses[-1], moved, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        stages = self._stages
+        stages["prepare"] = seconds - stages["forward"] - stages["backward"] - stages["optimiser"]
+        return CorrectionResult(wrenches, losses[0], losses[-1], moved, seconds, stages)
 
     def _optimise(
         self,
@@ -203,17 +215,31 @@ class VisualCorrection:
             torch.optim.Adam(groups, eps=cfg.adam_eps) if cfg.optimiser == "adam" else VectorAdam(groups, cfg.adam_eps)
         )
         losses = []
+        clock, stages = time.perf_counter, self._stages
+        gain = None
         for _ in range(cfg.iterations):
+            t0 = clock()
             args = [torch.cat([a, b]) for a, b in zip(objects(), fixed.args())]
             rgb, _, _ = rasterize(
                 *args, window.Ks, views.X_WCs, window.width, window.height, views.background, views.backend,
                 static=window.static_layer,
             )  # fmt: skip
+            if cfg.exposure:
+                if gain is None:  # from the render at the twin's pose; fixed for this frame's steps
+                    r = rgb.detach()
+                    gain = ((r * target).sum(dim=(1, 2)) / (r * r).sum(dim=(1, 2)).clamp_min(1e-9))[:, None, None]
+                rgb = rgb * gain
             loss = photometric_loss(rgb, target, cfg.loss, cfg.huber_delta)
             losses.append(float(loss.detach()))
+            t1 = clock()
             optimiser.zero_grad()
             loss.backward()
+            t2 = clock()
             optimiser.step()
+            t3 = clock()
+            stages["forward"] += t1 - t0
+            stages["backward"] += t2 - t1
+            stages["optimiser"] += t3 - t2
         return losses
 
     def _rigid(
