@@ -45,8 +45,9 @@ class Args:
     """Run only the faults whose name contains this."""
 
 
-def faults(at: float, duration: float, front: str) -> dict[str, Disturbance]:
-    """One fault of each kind, starting at `at` s and lasting `duration` s."""
+def faults(at: float, duration: float, front: str, obj: str) -> dict[str, Disturbance]:
+    """One fault of each kind, starting at `at` s and lasting `duration` s; and a 15 cm shove of the object at
+    `at` (beyond the correction's reach: its window sees about 13 cm around the twin's object)."""
     hand = Disturbance(kind="occlude", camera=front, at=at, duration=duration, center=(0.4, 0.5))
     return {
         "dropped frames (all cameras)": Disturbance(kind="drop_frame", at=at, duration=duration),
@@ -54,6 +55,7 @@ def faults(at: float, duration: float, front: str) -> dict[str, Disturbance]:
         "frozen camera (front)": Disturbance(kind="freeze_camera", camera=front, at=at, duration=duration),
         "occluding hand (front)": hand,
         "lighting ×0.5": Disturbance(kind="lighting", at=at, duration=duration, intensity=0.5),
+        "shove of 15 cm": Disturbance(kind="move_object", object=obj, at=at, displacement=(0.0, -0.15, 0.0)),
     }
 
 
@@ -62,7 +64,7 @@ def main(args: Args) -> dict:
     scene = pusht_scene()
     push = args.seconds / 2
     results = {}
-    for name, fault in faults(push - args.lead, args.duration, scene.cameras[0].name).items():
+    for name, fault in faults(push - args.lead, args.duration, scene.cameras[0].name, scene.objects[0].name).items():
         if args.only is not None and args.only not in name:
             continue
         config = ScenarioConfig(seconds=args.seconds, push_time=push, gap=args.gap, seed=args.seed, faults=(fault,))

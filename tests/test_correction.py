@@ -185,3 +185,21 @@ def test_a_resting_object_gets_only_the_in_plane_part_of_its_wrench(setup) -> No
     lifted.qpos[_t_qpos(twin) + 2] += 0.1
     mujoco.mj_forward(twin.model, lifted)
     assert not support_normals(twin.model, lifted, correction.object_bodies).any()
+
+
+def test_a_global_brightness_change_does_not_pull_the_object(setup) -> None:
+    from realissim.twin.support import planar_wrenches, support_normals
+
+    twin, views, correction = setup
+    twin.reset()
+    twin.step()
+    dark = 0.6 * _render_with_t_moved(twin, views)  # the same scene, lights at 60 %
+    result = _correct(twin, correction, dark)
+    assert result.loss_before < 1e-6  # the per-camera gain explains the change
+    normals = support_normals(twin.model, twin.data, correction.object_bodies)
+    # What acts in the plane is Adam's stirring at the optimum, below the T's static friction μ·m·g.
+    t = twin.scene.objects[0]
+    in_plane = np.linalg.norm(planar_wrenches(result.wrenches, normals)[0, :3])
+    assert in_plane < t.friction * t.mass * 9.81, result.wrenches
+    uncompensated = VisualCorrection(views, twin.model, CorrectionConfig(exposure=False))
+    assert _correct(twin, uncompensated, dark).loss_before > 100 * result.loss_before

@@ -51,7 +51,9 @@ def test_online_lockstep_frames_couple_twin_and_world(scene: SceneSpec) -> None:
         for q in targets:
             report = runtime.frame(q)
         assert world.clock.now() == pytest.approx(t0 + 1.0)
-        assert set(report.timing) == {"sense", "correct", "physics", "follow", "world"}
+        parts = {f"correct.{k}" for k in ("prepare", "forward", "backward", "optimiser")}
+        assert set(report.timing) == {"sense", "correct", "physics", "follow", "world"} | parts
+        assert sum(report.timing[k] for k in parts) == pytest.approx(report.timing["correct"], rel=0.2)
         assert not report.desynced
         assert report.correction is not None and report.correction.wrenches.shape == (1, 6)
         truth = world.oracle.read()
