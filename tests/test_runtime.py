@@ -61,6 +61,22 @@ def test_online_lockstep_frames_couple_twin_and_world(scene: SceneSpec) -> None:
         assert np.abs(truth.q - report.state.q).max() < 0.05
         # The twin's T stays near the real one (both at rest here, the gap only in the details).
         assert np.linalg.norm(truth.object_pos[0, :2] - report.state.object_pos[0, :2]) < 0.02
+        # While the detector says desync, both arms hold; the policy's targets wait until it re-arms.
+        held_q, real_q = report.state.q.copy(), truth.q.copy()
+        assert runtime.detector is not None
+        for _ in range(runtime.detector.config.frames):  # a residual far above its baseline fires it
+            runtime.detector.update(1e3)
+        away = targets[-1] + 0.2
+        for _ in range(10):  # in sync again, but re-arming takes `frames` low frames
+            report = runtime.frame(away)
+        assert report.desynced
+        # (Both settle on what they were doing when it fired: within 0.03 rad, not the 0.2 rad away.)
+        assert np.abs(report.state.q - held_q).max() < 0.03
+        assert np.abs(world.oracle.read().q - real_q).max() < 0.03
+        for _ in range(40):
+            report = runtime.frame(away)
+        assert not report.desynced
+        assert np.abs(report.state.q - held_q).max() > 0.05
 
 
 def test_faults_do_not_crash_the_loop(scene: SceneSpec) -> None:
