@@ -97,12 +97,7 @@ class Push:
 
         cfg = PushDemoConfig(seconds=self.seconds, render_every=self.render_every)
         report = run_push_demo(self.physics, self.pusht, cfg, self.out, self.progress)
-        width = max(len(k) for k in report)
-        print("PushT twin physics demo")
-        for key, value in report.items():
-            print(f"  {key:<{width}}  {value:.4g}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
-        if self.out is not None:
-            print(f"outputs in {self.out}/")
+        _print_report("PushT twin physics demo", report, self.out)
         return 0
 
 
@@ -179,13 +174,18 @@ class SurrogateRun:
         except SurrogateError as err:
             print(f"surrogate failed: {err}", file=sys.stderr)
             return 3
-        width = max(len(k) for k in report)
-        print("Surrogate real world (lock-step), follower on the standard trajectory")
-        for key, value in report.items():
-            print(f"  {key:<{width}}  {value:.4g}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
-        if self.out is not None:
-            print(f"outputs in {self.out}/")
+        _print_report("Surrogate real world (lock-step), follower on the standard trajectory", report, self.out)
         return 0
+
+
+def _print_report(title: str, report: dict, out: Path | None) -> None:
+    """A command's report as aligned `key  value` lines under a title, and where its outputs went."""
+    width = max(len(k) for k in report)
+    print(title)
+    for key, value in report.items():
+        print(f"  {key:<{width}}  {value:.4g}" if isinstance(value, float) else f"  {key:<{width}}  {value}")
+    if out is not None:
+        print(f"outputs in {out}/")
 
 
 Commands = (
