@@ -17,11 +17,14 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import mujoco
 import numpy as np
 import rerun as rr
 
+from realissim.assets import panda
 from realissim.eval.scenario import ScenarioFrame
 from realissim.images import to_uint8
+from realissim.real.interfaces import CameraStalledError
 from realissim.spec.scene import SceneSpec
 from realissim.twin.views import TwinViews
 
@@ -45,6 +48,7 @@ class RunRecorder:
     """(C,H,W,3) uint8: the twin rendered into the same cameras at that frame."""
     _views: TwinViews | None = field(default=None, init=False, repr=False)
     _arm_bodies: np.ndarray | None = field(default=None, init=False, repr=False)
+    _tip: int = field(default=-1, init=False, repr=False)
 
     def __call__(self, frame: ScenarioFrame) -> None:
         rec, p = self.recording, self.prefix
@@ -55,7 +59,10 @@ class RunRecorder:
         for k, obj in enumerate(self.scene.objects):
             rec.log(f"{p}/world/twin/{obj.name}", _pose(state.object_pos[k], state.object_quat[k]))
             rec.log(f"{p}/world/truth/{obj.name}", _pose(frame.truth.object_pos[k], frame.truth.object_quat[k]))
-        arm = frame.runtime.twin.data.xpos[self._arm_bodies]
+        data = frame.runtime.twin.data
+        arm = data.xpos[self._arm_bodies]
+        if self._tip >= 0:
+            arm = np.vstack([arm, data.site_xpos[self._tip]])
         rec.log(f"{p}/world/twin/arm", rr.LineStrips3D([arm], radii=0.012, colors=[(200, 200, 210)]))
         rec.log(f"{p}/error/position_mm", rr.Scalars(1e3 * frame.pos_err))
         rec.log(f"{p}/error/yaw_deg", rr.Scalars(float(np.degrees(frame.yaw_err))))
@@ -70,12 +77,10 @@ class RunRecorder:
     def _static(self, frame: ScenarioFrame) -> None:
         """Objects' sphere geometry (logged once, moved by the per-frame transforms) and the arm's bodies."""
         model = frame.runtime.twin.model
-        jids = [model.actuator_trnid[a, 0] for a in frame.runtime.twin.layout.actuators]
-        self._arm_bodies = np.array([0, *[model.jnt_bodyid[j] for j in jids], model.nbody - 1])
-        names = {self.scene.objects[k].name for k in range(len(self.scene.objects))}
-        last = model.body(int(self._arm_bodies[-1])).name
-        if last in names:  # the last body is an object: end the chain at the arm's last joint body
-            self._arm_bodies = self._arm_bodies[:-1]
+        joints = [model.actuator_trnid[a, 0] for a in frame.runtime.twin.layout.actuators]
+        links = [int(model.jnt_bodyid[j]) for j in joints]
+        self._arm_bodies = np.array([int(model.body_parentid[links[0]]), *links])  # from the arm's base
+        self._tip = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, panda.TIP_SITE)  # -1 without a pusher
         for obj in self.scene.objects:
             centers, radii = np.asarray(obj.spheres.centers), np.asarray(obj.spheres.radii)
             color = tuple(int(255 * c) for c in obj.color)
@@ -99,7 +104,7 @@ class RunRecorder:
                 self._views = TwinViews(self.scene, runtime.twin.model, cameras=cams)
         try:
             real = np.stack([cam.read().image for cam in world.cameras])
-        except Exception as err:  # a stalled camera: the recording skips this frame's images
+        except CameraStalledError as err:  # the recording skips this frame's images
             log.warning("recording: no camera images at t=%.2f s (%s)", frame.time, err)
             return
         twin = np.stack([to_uint8(img) for img in self._views.render(runtime.twin.data)[0].numpy()])

@@ -28,7 +28,7 @@ from realissim.twin.color_fit import ColorFitConfig, fit_colors
 from realissim.twin.correction import CorrectionConfig, CorrectionResult, VisualCorrection
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
 from realissim.twin.state import TwinState
-from realissim.twin.support import planar_wrenches, support_normals
+from realissim.twin.support import support_normals
 from realissim.twin.views import TwinViews
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,6 @@ class Runtime:
         self.follower = Follower(world.robot.description, config.follower) if config.follow and world else None
         self.detector = DesyncDetector(config.desync) if self.correction is not None else None
         self._stalled = False
-        self._last_target: np.ndarray | None = None
         self._held_target: np.ndarray | None = None
         self.reset()
 
@@ -141,12 +140,11 @@ class Runtime:
             poses = self.correction.poses(self.twin.data.qpos, self.twin.layout.robot_qpos, q_real)
             now = self.twin.state()
             velocity = np.concatenate([now.object_linvel, now.object_angvel], axis=1)
-            result = self.correction(*poses, images, velocity)
-            wrenches = result.wrenches
+            support = None
             if self.config.planar_on_support:
-                normals = support_normals(self.twin.model, self.twin.data, self.correction.object_bodies)
-                wrenches = planar_wrenches(wrenches, normals)
-            self.twin.apply_wrenches(wrenches)
+                support = support_normals(self.twin.model, self.twin.data, self.correction.object_bodies)
+            result = self.correction(*poses, images, velocity, support)
+            self.twin.apply_wrenches(result.wrenches)
             if self.detector is not None:
                 saturated = bool(
                     np.any(np.linalg.norm(result.wrenches[:, :3], axis=1) >= 0.99 * self.config.correction.max_force)
@@ -156,12 +154,11 @@ class Runtime:
             timing.update({f"correct.{key}": value for key, value in result.stages.items()})
         t0 = clock()
         if self.desynced:  # hold the twin arm with the real one, so the two stay consistent until re-armed
-            if self._held_target is None:
-                self._held_target = self._last_target
+            if self._held_target is None:  # the servo targets it had when the detector fired
+                self._held_target = self.twin.data.ctrl[self.twin.layout.actuators].copy()
             q_target = self._held_target
         else:
             self._held_target = None
-        self._last_target = np.array(q_target, dtype=np.float64)
         self.twin.set_joint_targets(q_target)
         self.twin.step()
         state = self.twin.state()

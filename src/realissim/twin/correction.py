@@ -27,6 +27,7 @@ from torch import Tensor
 
 from realissim.render import rasterize
 from realissim.render.gaussians import Gaussians, quat_multiply
+from realissim.twin.support import planar_wrenches
 from realissim.twin.views import TwinViews, ViewWindow
 
 
@@ -132,7 +133,6 @@ class VisualCorrection:
         the cameras deliver); `model` is the twin's MuJoCo model."""
         self.views, self.model, self.config = views, model, config
         self._kin = mujoco.MjData(model)
-        self._stages: dict[str, float] = {}
         mask = views.object_mask
         self._obj = torch.nonzero(mask).squeeze(-1)
         self._rest = torch.nonzero(~mask).squeeze(-1)
@@ -161,12 +161,21 @@ class VisualCorrection:
         return self._kin.xpos.copy(), self._kin.xquat.copy(), self._kin.xipos.copy()
 
     def __call__(
-        self, xpos: np.ndarray, xquat: np.ndarray, xipos: np.ndarray, images: Tensor, velocity: np.ndarray | None = None
+        self,
+        xpos: np.ndarray,
+        xquat: np.ndarray,
+        xipos: np.ndarray,
+        images: Tensor,
+        velocity: np.ndarray | None = None,
+        support: np.ndarray | None = None,
     ) -> CorrectionResult:
         """Wrenches for body poses (see `poses`) given the real images (C,H,W,3) float in [0, 1] (or uint8);
-        `velocity` (K,6) [linear m/s, angular rad/s] of the objects, world frame, feeds rigid mode's damping."""
+        `velocity` (K,6) [linear m/s, angular rad/s] of the objects, world frame, feeds rigid mode's damping;
+        `support` (K,3), the normals of what each object rests on (`twin.support.support_normals`; zero rows
+        for none), keeps only the in-plane part of a resting object's wrench. Forces are then capped at
+        `max_force`."""
         start = time.perf_counter()
-        self._stages = dict.fromkeys(("prepare", "forward", "backward", "optimiser"), 0.0)
+        stages = dict.fromkeys(("prepare", "forward", "backward", "optimiser"), 0.0)
         cfg, views = self.config, self.views
         target = images.to(torch.float32) / 255.0 if images.dtype == torch.uint8 else images.to(torch.float32)
         expected = (len(views.cameras), views.height, views.width, 3)
@@ -186,15 +195,18 @@ class VisualCorrection:
             fixed = Gaussians(*(t[keep] for t in fixed.args()))
         rest = [t[self._obj] for t in (g.scales, g.colors, g.opacities)]
         if cfg.mode == "rigid":
-            wrenches, moved, losses = self._rigid(means0, quats0, rest, fixed, xipos, target, window, velocity)
+            wrenches, moved, losses = self._rigid(means0, quats0, rest, fixed, xipos, target, window, velocity, stages)
         else:
             means = means0.clone().requires_grad_()
             quats = quats0.clone().requires_grad_()
             groups = [{"params": [means], "lr": cfg.lr_means}, {"params": [quats], "lr": cfg.lr_quats}]
-            losses = self._optimise(groups, lambda: [means, quats, *rest], fixed, target, window)
+            losses = self._optimise(groups, lambda: [means, quats, *rest], fixed, target, window, stages)
             wrenches, moved = self._wrenches(means.detach().double() - means0.double(), means0.double(), xipos)
+        if support is not None:
+            wrenches = planar_wrenches(wrenches, support)
+        norm = np.linalg.norm(wrenches[:, :3], axis=1, keepdims=True)
+        wrenches = wrenches * np.minimum(1.0, cfg.max_force / np.maximum(norm, 1e-12))
         seconds = time.perf_counter() - start
-        stages = self._stages
         stages["prepare"] = seconds - stages["forward"] - stages["backward"] - stages["optimiser"]
         return CorrectionResult(wrenches, losses[0], losses[-1], moved, seconds, stages)
 
@@ -205,9 +217,11 @@ class VisualCorrection:
         fixed: Gaussians,
         target: Tensor,
         window: ViewWindow,
+        stages: dict[str, float],
     ) -> list[float]:
         """`iterations` Adam steps on `groups`; `objects()` gives the objects' Gaussian arguments from the
-        current parameters. Returns the photometric loss at the start of each step (no extra render after
+        current parameters; the time spent is added to `stages`. Returns the photometric loss at the start
+        of each step (no extra render after
         the last step: measured to cost a quarter of the correction's time for a signal only the desync
         detector reads, and the loss before the last step serves it as well)."""
         views, cfg = self.views, self.config
@@ -215,7 +229,7 @@ class VisualCorrection:
             torch.optim.Adam(groups, eps=cfg.adam_eps) if cfg.optimiser == "adam" else VectorAdam(groups, cfg.adam_eps)
         )
         losses = []
-        clock, stages = time.perf_counter, self._stages
+        clock = time.perf_counter
         gain = None
         for _ in range(cfg.iterations):
             t0 = clock()
@@ -252,9 +266,10 @@ class VisualCorrection:
         target: Tensor,
         window: ViewWindow,
         velocity: np.ndarray | None,
+        stages: dict[str, float],
     ) -> tuple[np.ndarray, np.ndarray, list[float]]:
         """Rigid mode: Adam on one translation (K,3) m and rotation vector (K,3) rad per body, about its COM;
-        returns wrenches (K,6), translations found (K,) m and the losses."""
+        returns wrenches (K,6) (uncapped), translations found (K,) m and the losses."""
         cfg, k = self.config, len(self.object_bodies)
         com = torch.as_tensor(xipos[self.object_bodies], dtype=torch.float32)[self._slot]
         arm = means0 - com
@@ -277,18 +292,16 @@ class VisualCorrection:
             {"params": [shift_xy, shift_z], "lr": cfg.lr_means},
             {"params": [rot_xy, rot_z], "lr": cfg.lr_rotation},
         ]
-        losses = self._optimise(groups, objects, fixed, target, window)
+        losses = self._optimise(groups, objects, fixed, target, window, stages)
         found = torch.cat([shift_xy, shift_z], dim=-1).detach().double().numpy()
         turned = torch.cat([rot_xy, rot_z], dim=-1).detach().double().numpy()
         wrench = np.concatenate([cfg.stiffness * found, cfg.rot_stiffness * turned], axis=1)
         if velocity is not None:
             wrench -= np.asarray(velocity, dtype=np.float64) * self._damping
-        norm = np.linalg.norm(wrench[:, :3], axis=1, keepdims=True)
-        wrench *= np.minimum(1.0, cfg.max_force / np.maximum(norm, 1e-12))
         return wrench, np.linalg.norm(found, axis=1), losses
 
     def _wrenches(self, delta: Tensor, x_old: Tensor, xipos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per-body wrenches (K,6) and mean displacement (K,) m from Gaussian displacements (n,3)."""
+        """Per-body wrenches (K,6) (uncapped) and mean displacement (K,) m from Gaussian displacements (n,3)."""
         k = len(self.object_bodies)
         forces = self._gain[:, None] * delta
         com = torch.as_tensor(xipos[self.object_bodies], dtype=torch.float64)[self._slot]
@@ -296,8 +309,6 @@ class VisualCorrection:
         wrench = torch.zeros(k, 6, dtype=torch.float64)
         wrench[:, :3].index_add_(0, self._slot, forces)
         wrench[:, 3:].index_add_(0, self._slot, torques)
-        norm = wrench[:, :3].norm(dim=-1, keepdim=True)
-        wrench *= torch.clamp(self.config.max_force / norm.clamp_min(1e-12), max=1.0)
         counts = torch.zeros(k, dtype=torch.float64).index_add_(0, self._slot, torch.ones_like(self._gain))
         moved = torch.zeros(k, dtype=torch.float64).index_add_(0, self._slot, delta.norm(dim=-1)) / counts
         return wrench.numpy(), moved.numpy()
