@@ -23,7 +23,7 @@ import tyro
 from realissim.assets.pusht import pusht_scene
 from realissim.eval.scenario import ScenarioConfig, run_scenario
 from realissim.loop_demo import jsonable
-from realissim.real.gap import Disturbance
+from realissim.real.surrogate.gap import Disturbance
 
 
 @dataclass

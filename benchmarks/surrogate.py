@@ -29,8 +29,8 @@ import tyro
 
 from realissim.assets.pusht import pusht_scene
 from realissim.real.follower import Follower, FollowerConfig, standard_trajectory
-from realissim.real.surrogate_process import Surrogate, SurrogateConfig
-from realissim.real.surrogate_world import SurrogateWorld
+from realissim.real.surrogate.process import Surrogate, SurrogateConfig
+from realissim.real.surrogate.world import SurrogateWorld
 
 
 @dataclass

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import realissim.real.gap as gap_module
-from realissim.real.gap import GapProfile, load_gap
+import realissim.real.surrogate.gap as gap_module
+from realissim.real.surrogate.gap import GapProfile, load_gap
 
 GAPS = Path(gap_module.__file__).with_name("gaps")
 

@@ -11,8 +11,8 @@ import pytest
 from realissim.eval.scenario import scripted_targets
 from realissim.eval.sync import SyncRecorder
 from realissim.geometry import yaw_quat
-from realissim.real.gap import Disturbance
-from realissim.real.surrogate_process import Surrogate, SurrogateConfig
+from realissim.real.surrogate.gap import Disturbance
+from realissim.real.surrogate.process import Surrogate, SurrogateConfig
 from realissim.runtime import Runtime, RuntimeConfig
 from realissim.spec.scene import SceneSpec
 

@@ -11,9 +11,9 @@ import pytest
 
 from realissim.real import CameraStalledError
 from realissim.real.follower import Follower, standard_trajectory
-from realissim.real.gap import Disturbance
 from realissim.real.shm import SHM_PREFIX
-from realissim.real.surrogate_process import (
+from realissim.real.surrogate.gap import Disturbance
+from realissim.real.surrogate.process import (
     Surrogate,
     SurrogateConfig,
     SurrogateDiedError,

@@ -21,7 +21,7 @@ from realissim.assets.pusht import T_NAME, TBlock
 from realissim.demo import PushDemoConfig, push_waypoints
 from realissim.expert.scripted import joint_trajectory, sample_path
 from realissim.geometry import project_points, quat_yaw
-from realissim.real.gap import (
+from realissim.real.surrogate.gap import (
     DEFAULT_GAP_PATH,
     ArmGap,
     CameraGap,
@@ -33,7 +33,7 @@ from realissim.real.gap import (
     load_gap,
     save_gap,
 )
-from realissim.real.surrogate_world import SurrogateWorld
+from realissim.real.surrogate.world import SurrogateWorld
 from realissim.spec.errors import SpecError
 from realissim.spec.scene import ObjectSpec, Pose, SceneSpec, SphereSetSpec
 from realissim.twin.kinematics import PusherIK
@@ -294,7 +294,7 @@ def test_headless_rendering_works_when_mujoco_was_imported_without_mujoco_gl() -
     code = (
         "import mujoco\n"
         "from realissim.assets.pusht import pusht_scene\n"
-        "from realissim.real.surrogate_world import SurrogateWorld\n"
+        "from realissim.real.surrogate.world import SurrogateWorld\n"
         "w = SurrogateWorld(pusht_scene(), camera_size=(32, 18))\n"
         "assert w.render_cameras()[0].image.std() > 5\n"
     )

@@ -47,8 +47,8 @@ class Demo:
 
             reserve_core_for_world()
         from realissim.loop_demo import LoopDemoConfig, format_table, run_loop_demo
-        from realissim.real.gap import load_gap
-        from realissim.real.surrogate_process import SurrogateError
+        from realissim.real.surrogate.gap import load_gap
+        from realissim.real.surrogate.process import SurrogateError
 
         try:
             if self.gap is not None:
@@ -156,8 +156,8 @@ class SurrogateRun:
 
     def run(self) -> int:
         from realissim.real.drive import drive_surrogate
-        from realissim.real.gap import GapProfile, load_gap, save_gap
-        from realissim.real.surrogate_process import SurrogateConfig, SurrogateError
+        from realissim.real.surrogate.gap import GapProfile, load_gap, save_gap
+        from realissim.real.surrogate.process import SurrogateConfig, SurrogateError
 
         if self.write_gap is not None:
             save_gap(GapProfile(), self.write_gap)

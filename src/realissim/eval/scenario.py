@@ -23,9 +23,9 @@ from realissim.assets import panda
 from realissim.demo import PushDemoConfig, push_waypoints
 from realissim.eval.sync import SyncRecorder, detector_score, fault_outcome
 from realissim.expert.scripted import joint_trajectory, sample_path
-from realissim.real.gap import Disturbance
-from realissim.real.surrogate_process import Surrogate, SurrogateConfig
-from realissim.real.surrogate_world import OracleState
+from realissim.real.interfaces import OracleState
+from realissim.real.surrogate.gap import Disturbance
+from realissim.real.surrogate.process import Surrogate, SurrogateConfig
 from realissim.runtime.loop import FrameReport, Runtime, RuntimeConfig
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK

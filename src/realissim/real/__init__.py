@@ -1,4 +1,5 @@
-"""The real side: Robot and Camera interfaces, the follower, and the surrogate real world."""
+"""The real side: the RealWorld, Robot and Camera interfaces and the follower; the surrogate real world is the
+sub-package `realissim.real.surrogate`."""
 
 from realissim.real.follower import (
     Follower,
@@ -7,19 +8,6 @@ from realissim.real.follower import (
     RuckigFailedError,
     TrackingStats,
     standard_trajectory,
-)
-from realissim.real.gap import (
-    DEFAULT_GAP_PATH,
-    ArmGap,
-    CameraGap,
-    Disturbance,
-    GapProfile,
-    LightingGap,
-    ObjectGap,
-    gap_from_dict,
-    gap_to_dict,
-    load_gap,
-    save_gap,
 )
 from realissim.real.interfaces import (
     Camera,
@@ -34,30 +22,19 @@ from realissim.real.interfaces import (
 )
 
 __all__ = [
-    "DEFAULT_GAP_PATH",
-    "ArmGap",
     "Camera",
     "CameraFrame",
-    "CameraGap",
     "CameraStalledError",
     "Clock",
-    "Disturbance",
     "Follower",
     "FollowerConfig",
     "FollowerStep",
-    "GapProfile",
     "JointState",
-    "LightingGap",
     "NotConnectedError",
-    "ObjectGap",
     "Robot",
     "RobotDescription",
     "RuckigFailedError",
     "TrackingStats",
     "WallClock",
-    "gap_from_dict",
-    "gap_to_dict",
-    "load_gap",
-    "save_gap",
     "standard_trajectory",
 ]

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from realissim.images import grid, write_png
 from realissim.real.follower import Follower, standard_trajectory
-from realissim.real.surrogate_process import Surrogate, SurrogateConfig
+from realissim.real.surrogate.process import Surrogate, SurrogateConfig
 from realissim.spec.io import save_scene
 from realissim.spec.scene import SceneSpec
 

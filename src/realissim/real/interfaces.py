@@ -1,15 +1,17 @@
-"""The only ways the twin touches the real world: a Robot and Cameras (DESIGN.md §3, §4).
+"""The only ways the twin touches the real world: a `RealWorld` of a Robot and Cameras (docs/design.md §3, §4).
 
 Units: rad, rad/s, s; images uint8 H×W×3 RGB; cameras in OpenCV axes with K (px) and camera-to-world
 X_WC. Every reading carries a timestamp in seconds on the clock the runtime owns (`Clock`), taken
 when the measurement was made, not when it was read. Hardware adapters and the surrogate world
-implement these classes; nothing else crosses the sim–real boundary.
+implement these classes; nothing else crosses the sim–real boundary. The oracle (ground truth) is an
+optional part of a world for evaluation only: nothing the twin or a policy runs may read it.
 """
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -17,6 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from realissim.spec.scene import RobotSpec
+from realissim.spec.state import StartState
 
 
 class Clock(ABC):
@@ -137,3 +140,75 @@ class Camera(ABC):
 
 class CameraStalledError(RuntimeError):
     """A camera delivered no new frame within its timeout."""
+
+
+@dataclass(frozen=True)
+class OracleState:
+    """Ground truth at `time` s, for evaluation only: objects (scene order) and the arm's true joints."""
+
+    time: float
+    object_names: tuple[str, ...]
+    object_pos: np.ndarray
+    """(K, 3) body origin in the world, m."""
+    object_quat: np.ndarray
+    """(K, 4) body orientation [w, x, y, z]."""
+    q: np.ndarray
+    """(J,) true joint positions, rad (encoders may read them with an offset)."""
+    qd: np.ndarray
+    """(J,) joint velocities, rad/s."""
+    q_command: np.ndarray
+    """(J,) the command the arm's controller is acting on now, rad."""
+
+
+class Oracle(ABC):
+    """Ground truth of a world (a simulator's, or a motion-capture system's). Evaluation only."""
+
+    @abstractmethod
+    def read(self) -> OracleState:
+        """The true state now."""
+
+
+class RealWorld(ABC):
+    """A real world as the runtime sees it: a robot, cameras, a clock, and (evaluation only) an oracle.
+
+    Use as a context manager (started on enter, closed on exit). Lock-step worlds (`lockstep` True: a
+    simulator standing in for reality) advance one frame per `step()`; real-time ones run on their own.
+    `reset(to)` puts the world in a start state between episodes: hardware would ask an operator or a reset
+    routine to do it; a simulated world does it exactly.
+    """
+
+    robot: Robot
+    cameras: Sequence[Camera]
+    clock: Clock
+    oracle: Oracle | None = None
+    """Ground truth, where the world has it (a surrogate); None on hardware without motion capture."""
+
+    @property
+    @abstractmethod
+    def lockstep(self) -> bool:
+        """Whether the caller advances the world (`step`) rather than the wall clock."""
+
+    @abstractmethod
+    def start(self) -> RealWorld:
+        """Connect (start the world); idempotent. Returns self."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop and release everything; idempotent, safe after errors."""
+
+    @abstractmethod
+    def reset(self, to: StartState) -> None:
+        """Put the objects at `to`'s poses, at rest, and the arm at rest at `to.q`; clears live disturbances.
+        Returns once the world's published state (robot, cameras, clock) is the new one."""
+
+    def step(self) -> float:
+        """Lock-step worlds: advance exactly one frame; returns the world's time, s."""
+        raise RuntimeError(f"{type(self).__name__} runs in real time: it has no step()")
+
+    def __enter__(self) -> RealWorld:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from realissim.real.follower import Follower, FollowerConfig
 from realissim.real.interfaces import CameraStalledError
-from realissim.real.surrogate_process import Surrogate
+from realissim.real.surrogate.process import Surrogate
 from realissim.runtime.desync import DesyncConfig, DesyncDetector
 from realissim.spec.scene import SceneSpec
 from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras

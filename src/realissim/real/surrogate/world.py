@@ -32,8 +32,9 @@ from numpy.typing import ArrayLike
 
 from realissim.assets.mjcf import KEYFRAME_HOME
 from realissim.geometry import quat_mul, yaw_quat
-from realissim.real.gap import Disturbance, GapProfile
-from realissim.real.surrogate_model import (
+from realissim.real.interfaces import OracleState
+from realissim.real.surrogate.gap import Disturbance, GapProfile
+from realissim.real.surrogate.model import (
     MOTOR_PREFIX,
     ArmController,
     NoiseBank,
@@ -44,6 +45,7 @@ from realissim.real.surrogate_model import (
 )
 from realissim.spec.errors import SpecError
 from realissim.spec.scene import SceneSpec
+from realissim.spec.state import StartState
 
 log = logging.getLogger(__name__)
 
@@ -63,24 +65,6 @@ class FrameResult:
     dropped: bool = False
     delayed: bool = False
     frozen: bool = False
-
-
-@dataclass(frozen=True)
-class OracleState:
-    """Ground truth at `time` s, for evaluation only: objects (scene order) and the arm's true joints."""
-
-    time: float
-    object_names: tuple[str, ...]
-    object_pos: np.ndarray
-    """(K, 3) body origin in the world, m."""
-    object_quat: np.ndarray
-    """(K, 4) body orientation [w, x, y, z]."""
-    q: np.ndarray
-    """(J,) true joint positions, rad (the encoders read q + joint_offset)."""
-    qd: np.ndarray
-    """(J,) joint velocities, rad/s."""
-    q_command: np.ndarray
-    """(J,) the command the controller is acting on now (after the latency), rad."""
 
 
 def make_gl_context(width: int, height: int) -> Any:
@@ -206,12 +190,20 @@ class SurrogateWorld:
         self.reset()
 
     # -- lifecycle -----------------------------------------------------------------------------------
-    def reset(self) -> None:
-        """Back to the scene's initial state (arm holding `robot.home`, objects at rest); keeps the profile's
-        schedule and forgets live disturbances and camera history."""
+    def reset(self, to: StartState | None = None) -> None:
+        """Back to a start state (default: the scene's own), everything at rest, the arm's controller holding
+        the start joints; keeps the profile's schedule (its times count from the reset) and forgets live
+        disturbances and camera history. Raises `SpecError` if `to` does not fit the scene."""
+        to = StartState.of_scene(self.scene) if to is None else to
+        to.check(self.scene)
         mujoco.mj_resetDataKeyframe(self.model, self.data, self._home)
+        self.data.qpos[self._jq] = to.q_array
+        for k, (pos, quat) in enumerate(zip(to.object_pos, to.object_quat, strict=True)):
+            self.data.qpos[self._oq[k] : self._oq[k] + 3] = pos
+            self.data.qpos[self._oq[k] + 3 : self._oq[k] + 7] = quat / np.linalg.norm(quat)
+        self.data.qvel[:] = 0.0
         mujoco.mj_forward(self.model, self.data)
-        self.controller.reset(self.scene.robot.home)
+        self.controller.reset(to.q_array + self._offset)  # it drives the encoder reading, which has the offset
         self.frame, self._tick, self._live = 0, 0, []
         self._moved: set[int] = set()
         self._frames: list[FrameResult] | None = None

@@ -1,6 +1,6 @@
 """The surrogate process's main loop: step the world, publish to shared memory, answer the pipe.
 
-Runs in the child started by `realissim.real.surrogate_process.Surrogate`; nothing here is used in
+Runs in the child started by `realissim.real.surrogate.process.Surrogate`; nothing here is used in
 the parent. The loop reads the latest joint command from shared memory before every frame, steps the
 world one frame, and publishes the encoder state, ground truth, the clock and the camera frames.
 """
@@ -62,6 +62,7 @@ class _Publisher:
         blocks["clock"].write(time=now, frame=self.frame)
 
     def advance(self) -> None:
+        """One frame: apply the latest command, step the world, publish."""
         self.apply_command()
         self.world.step_frame()
         self.frame += 1
@@ -70,8 +71,8 @@ class _Publisher:
 
 def run_child(scene: SceneSpec, cfg: dict, segment: SharedSegment, conn: Any, size: tuple[int, int]) -> None:
     """Build the world, publish its first frame, then serve lock-step or real-time until told to close."""
-    from realissim.real.gap import GapProfile, load_gap
-    from realissim.real.surrogate_world import SurrogateWorld
+    from realissim.real.surrogate.gap import GapProfile, load_gap
+    from realissim.real.surrogate.world import SurrogateWorld
 
     try:
         gap = load_gap(cfg["gap"]) if cfg["gap"] else GapProfile()
@@ -101,6 +102,11 @@ def _handle(publisher: _Publisher, conn: Any, kind: str, payload: Any) -> bool:
     if kind == "disturb":
         publisher.world.disturb(payload)
         conn.send(("ok", None))
+    elif kind == "reset":
+        publisher.world.reset(payload)
+        publisher.frame = 0
+        publisher.publish()
+        conn.send(("reset", float(publisher.world.time)))
     elif kind == "step":
         for _ in range(int(payload)):
             publisher.advance()

@@ -24,7 +24,7 @@ from realissim.assets import panda
 from realissim.assets.mass import sphere_union_inertia
 from realissim.assets.mjcf import GROUND_GEOM, KEYFRAME_HOME, MjcfOptions, scene_to_mjcf
 from realissim.geometry import axis_angle_quat, mat_to_quat, quat_to_mat
-from realissim.real.gap import WILDCARD, ArmGap, CameraGap, GapProfile, LightingGap
+from realissim.real.surrogate.gap import WILDCARD, ArmGap, CameraGap, GapProfile, LightingGap
 from realissim.spec.errors import SpecError
 from realissim.spec.scene import CameraSpec, InertiaSpec, ObjectSpec, SceneSpec
 

@@ -1,6 +1,6 @@
 """The surrogate real world in its own OS process, seen only through Robot and Camera handles.
 
-`Surrogate` starts the world (`realissim.real.surrogate_world.SurrogateWorld`) in a child process
+`Surrogate` starts the world (`realissim.real.surrogate.world.SurrogateWorld`) in a child process
 (multiprocessing "spawn"), exchanges joint states, commands, frames and ground truth through one
 shared-memory segment (`realissim.real.shm`, seqlocked blocks, no per-frame pickling), and sends only
 small control messages (step, disturb, close) over a pipe. Two clocks, same handles:
@@ -39,13 +39,16 @@ from realissim.real.interfaces import (
     Clock,
     JointState,
     NotConnectedError,
+    Oracle,
+    OracleState,
+    RealWorld,
     Robot,
     RobotDescription,
 )
 from realissim.real.shm import ArraySpec, BlockSpec, SharedSegment, ShmLayout
-from realissim.real.surrogate_world import OracleState
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
+from realissim.spec.state import StartState
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +116,8 @@ def _layout(n_cams: int, width: int, height: int, n_objects: int, dof: int) -> S
     return ShmLayout(tuple(blocks))
 
 
-class Surrogate:
-    """Owner of the surrogate process and its handles: `robot`, `cameras`, `oracle`, `clock`."""
+class Surrogate(RealWorld):
+    """Owner of the surrogate process and its handles: `robot`, `cameras`, `oracle`, `clock` (a `RealWorld`)."""
 
     def __init__(self, scene: SceneSpec, config: SurrogateConfig = SurrogateConfig()) -> None:
         self.scene = scene
@@ -173,6 +176,11 @@ class Surrogate:
         self.close()
 
     @property
+    def lockstep(self) -> bool:
+        """Whether the caller advances frames (`step`)."""
+        return self.config.mode == "lockstep"
+
+    @property
     def pid(self) -> int | None:
         """The child's process id while it runs."""
         return None if self._process is None else self._process.pid
@@ -192,8 +200,18 @@ class Surrogate:
         self._send(("step", int(frames)))
         return float(self._expect("stepped", self.config.timeout * frames))
 
+    def reset(self, to: StartState) -> None:
+        """Put the world in start state `to` inside its process (no respawn): objects at rest at their poses,
+        the arm at rest at `to.q`, time 0, live disturbances cleared; returns once the new state and camera
+        frames are published. Raises `SpecError` if `to` does not fit the scene."""
+        to.check(self.scene)
+        self._send(("reset", to))
+        self._expect("reset", self.config.timeout)
+        for camera in self.cameras:
+            camera.forget()
+
     def disturb(self, disturbance: object) -> None:
-        """Inject a disturbance (a `realissim.real.gap.Disturbance`) at the next frame."""
+        """Inject a disturbance (a `realissim.real.surrogate.gap.Disturbance`) at the next frame."""
         self._send(("disturb", disturbance))
         self._expect("ok", self.config.timeout)
 
@@ -297,6 +315,10 @@ class SurrogateCamera(Camera):
         self.K, self.X_WC = K, np.asarray(spec.X_WC_array, dtype=np.float64)
         self._last_index, self._last_change = -1, 0.0
 
+    def forget(self) -> None:
+        """Forget the frame history the stall check uses (after a reset restarts the world's clock)."""
+        self._last_index, self._last_change = -1, 0.0
+
     def read(self) -> CameraFrame:
         block = self._owner.read_block(f"camera{self._index}")
         frame = CameraFrame(stamp=float(block["stamp"]), index=int(block["index"]), image=block["image"])
@@ -308,7 +330,7 @@ class SurrogateCamera(Camera):
         return frame
 
 
-class SurrogateOracle:
+class SurrogateOracle(Oracle):
     """Ground truth of the surrogate world; for evaluation only (never wire it into the twin)."""
 
     def __init__(self, owner: Surrogate) -> None:
@@ -338,7 +360,7 @@ def _shutdown(process: Any, conn: Any, segment: SharedSegment, timeout: float) -
 # -- the child ------------------------------------------------------------------------------------
 def _child_main(scene_doc: dict, cfg: dict, shm_name: str, layout: ShmLayout, conn: Any, size: tuple[int, int]) -> None:
     """Entry point of the surrogate process."""
-    from realissim.real.surrogate_loop import run_child
+    from realissim.real.surrogate.loop import run_child
 
     run_child(scene_from_dict(scene_doc), cfg, SharedSegment(layout, name=shm_name), conn, size)
 
