@@ -20,10 +20,10 @@ from pathlib import Path
 
 import tyro
 
-from realissim.assets.pusht import pusht_scene
 from realissim.eval.scenario import ScenarioConfig, run_scenario
 from realissim.loop_demo import jsonable
 from realissim.real.surrogate.gap import Disturbance
+from realissim.tasks import make
 
 
 @dataclass
@@ -61,14 +61,15 @@ def faults(at: float, duration: float, front: str, obj: str) -> dict[str, Distur
 
 def main(args: Args) -> dict:
     logging.basicConfig(level=logging.WARNING)
-    scene = pusht_scene()
+    task = make("pusht")
+    scene = task.scene
     push = args.seconds / 2
     results = {}
     for name, fault in faults(push - args.lead, args.duration, scene.cameras[0].name, scene.objects[0].name).items():
         if args.only is not None and args.only not in name:
             continue
         config = ScenarioConfig(seconds=args.seconds, push_time=push, gap=args.gap, seed=args.seed, faults=(fault,))
-        out = run_scenario(scene, config, label=name)
+        out = run_scenario(task, config, label=name)
         out.pop("series")
         results[name] = out
     print(f"gap: {args.gap or 'default'}, lock-step, {args.seconds:g} s, hand push at {push:g} s, "

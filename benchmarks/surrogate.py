@@ -3,6 +3,9 @@
 * Frame time: one lock-step frame through the process boundary (command → step → read the robot and
   all 3 cameras), at 160×90 and 480×270, and the same in-process (`SurrogateWorld`) for comparison.
 * Transfer: reading one camera frame out of shared memory, against pickling it through a pipe.
+* Reset: `Surrogate.reset(to)` to a random start state (the T moved up to 5 cm and turned, the arm within
+  0.2 rad of home) inside the running process, lock-step, 3 cameras at 160×90, one frame stepped between
+  resets; the time until the new state and frames are published.
 * Follower: the twin's joints follow `realissim.real.follower.standard_trajectory` from the scene's home
   pose (every joint 0.3(1 − cos πt) rad plus a 0.4 rad minimum-jerk step, 6 s, up to 0.94 rad/s); the
   follower streams it to the surrogate arm (default reality gap: 4 ms latency, finite gains, joint
@@ -28,9 +31,12 @@ import numpy as np
 import tyro
 
 from realissim.assets.pusht import pusht_scene
+from realissim.geometry import yaw_quat
 from realissim.real.follower import Follower, FollowerConfig, standard_trajectory
 from realissim.real.surrogate.process import Surrogate, SurrogateConfig
 from realissim.real.surrogate.world import SurrogateWorld
+from realissim.spec.scene import Pose
+from realissim.spec.state import StartState
 
 
 @dataclass
@@ -40,7 +46,7 @@ class Args:
     json: Path | None = None
     """Write the results here as JSON."""
     frames: int = 120
-    """Frames timed per measurement."""
+    """Frames (and resets) timed per measurement."""
     follow_seconds: float = 6.0
     """Length of the follower's standard trajectory, s."""
 
@@ -102,15 +108,38 @@ def transfer_ms(scene, size: tuple[int, int], repeats: int = 200) -> tuple[float
     return _median_ms(shm), _median_ms(piped)
 
 
+def reset_ms(scene, size: tuple[int, int], resets: int) -> float:
+    """Median ms of `Surrogate.reset` to a random start state (lock-step, one frame stepped in between)."""
+    rng = np.random.default_rng(0)
+    home = np.asarray(scene.robot.home)
+    times = []
+    with Surrogate(scene, SurrogateConfig(camera_size=size)) as world:
+        for _ in range(resets + 5):
+            poses = tuple(
+                Pose(
+                    (o.pose.pos[0] + rng.uniform(-0.05, 0.05), o.pose.pos[1], o.pose.pos[2]),
+                    yaw_quat(rng.uniform(-3, 3)),
+                )
+                for o in scene.objects
+            )
+            to = StartState(poses, tuple(float(v) for v in home + rng.uniform(-0.2, 0.2, home.shape)))
+            world.step()
+            start = time.perf_counter()
+            world.reset(to)
+            times.append(time.perf_counter() - start)
+    return _median_ms(times[5:])
+
+
 def follower_error(scene, seconds: float) -> dict[str, float]:
     """Tracking error |q_real − q_sim| of the follower on the surrogate arm (lock-step, cameras off): the twin
     runs `standard_trajectory` from the scene's home pose, one frame per step."""
     with Surrogate(scene, SurrogateConfig(render=False)) as world:
-        follower = Follower(world.robot.description, FollowerConfig())
+        config = FollowerConfig(dt=1.0 / world.config.fps)
+        follower = Follower(world.robot.description, config)
         start = world.robot.read().q
         follower.reset(start)
-        for k in range(round(seconds * 60) + 1):
-            q_sim, qd_sim = standard_trajectory(k / 60, start)
+        for k in range(round(seconds / config.dt) + 1):
+            q_sim, qd_sim = standard_trajectory(k * config.dt, start)
             follower.follow(world.robot, q_sim, qd_sim)
             world.step()
     return follower.tracking.summary()
@@ -133,6 +162,8 @@ def main(args: Args) -> dict[str, float]:
             (f"read one {key} frame from shared memory (ms)", shm),
             (f"send one {key} frame through a pipe, pickled (ms)", piped),
         ]
+    results["reset_ms_160x90"] = reset_ms(scene, (160, 90), args.frames)
+    rows.append(("reset to a random start state, 3 cameras 160x90 (ms)", results["reset_ms_160x90"]))
     summary = follower_error(scene, args.follow_seconds)
     results["follower_rms_rad"] = summary["rms_rad"]
     results["follower_max_rad"] = summary["max_rad"]

@@ -20,7 +20,7 @@ SIZE = (160, 90)
 def setup(scene: SceneSpec):
     twin = TwinPhysics(scene, PhysicsConfig())
     views = TwinViews(scene, twin.model, cameras=[c.resized(*SIZE) for c in scene.cameras])
-    return twin, views, VisualCorrection(views, twin.model)
+    return twin, views, VisualCorrection(views, twin.model, frame_dt=twin.dt)
 
 
 def _t_qpos(twin: TwinPhysics) -> int:
@@ -67,7 +67,7 @@ def test_no_force_when_the_twin_already_explains_the_images(setup) -> None:
 @pytest.mark.parametrize("mode", ["gaussians", "rigid"])
 def test_force_points_where_the_object_is_seen(setup, mode: str) -> None:
     twin, views, _ = setup
-    correction = VisualCorrection(views, twin.model, CorrectionConfig(mode=mode))
+    correction = VisualCorrection(views, twin.model, CorrectionConfig(mode=mode), frame_dt=twin.dt)
     twin.reset()
     result = _correct(twin, correction, _render_with_t_moved(twin, views, dx=0.015))
     fx, fy, fz = result.wrenches[0, :3]
@@ -79,7 +79,7 @@ def test_force_points_where_the_object_is_seen(setup, mode: str) -> None:
 
 def test_correction_pulls_the_twin_onto_reality(scene: SceneSpec, setup) -> None:
     twin, views, _ = setup
-    correction = VisualCorrection(views, twin.model, CorrectionConfig())
+    correction = VisualCorrection(views, twin.model, CorrectionConfig(), frame_dt=twin.dt)
     reality = TwinPhysics(scene, PhysicsConfig())
     twin.reset()
     reality.reset()
@@ -201,5 +201,5 @@ def test_a_global_brightness_change_does_not_pull_the_object(setup) -> None:
     t = twin.scene.objects[0]
     in_plane = np.linalg.norm(planar_wrenches(result.wrenches, normals)[0, :3])
     assert in_plane < t.friction * t.mass * 9.81, result.wrenches
-    uncompensated = VisualCorrection(views, twin.model, CorrectionConfig(exposure=False))
+    uncompensated = VisualCorrection(views, twin.model, CorrectionConfig(exposure=False), frame_dt=twin.dt)
     assert _correct(twin, uncompensated, dark).loss_before > 100 * result.loss_before

@@ -17,7 +17,7 @@ from realissim.real.follower import Follower, FollowerConfig, FollowerStep, Ruck
 from realissim.real.follower import standard_trajectory as follower_standard_trajectory
 from realissim.real.interfaces import JointState, Robot, RobotDescription
 
-DT = 1.0 / 60.0
+DT = FollowerConfig().dt  # the twin's frame period
 READY = np.array(panda.READY_Q)
 LOWER, UPPER = np.array(panda.Q_LOWER), np.array(panda.Q_UPPER)
 V_LIM, A_LIM, J_LIM = np.array(panda.VELOCITY_LIMIT), np.array(panda.ACCELERATION_LIMIT), np.array(panda.JERK_LIMIT)

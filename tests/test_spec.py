@@ -12,10 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from realissim.real.surrogate.gap import GapProfile, gap_to_dict, load_gap, save_gap
 from realissim.spec import (
     GaussianSetSpec,
     SceneSpec,
     SpecError,
+    from_json,
     load_gaussians,
     load_scene,
     save_scene,
@@ -23,7 +25,9 @@ from realissim.spec import (
     scene_from_json,
     scene_to_dict,
     scene_to_json,
+    to_json,
 )
+from realissim.spec.state import StartState
 
 
 def test_preset_round_trips_exactly(scene: SceneSpec, tmp_path) -> None:
@@ -138,6 +142,59 @@ def test_load_scene_names_the_file(tmp_path) -> None:
         load_scene(path)
     with pytest.raises(SpecError, match="cannot read"):
         load_scene(tmp_path / "missing.json")
+
+
+def _scene_doc(scene: SceneSpec, where: str, value: Any) -> dict[str, Any]:
+    doc = _doc(scene)
+    if where == "unknown":
+        doc["objects"][0]["mas"] = value
+    else:
+        doc["objects"][0]["pose"]["pos"][1] = value
+    return doc
+
+
+def _gap_doc(where: str, value: Any) -> dict[str, Any]:
+    doc = gap_to_dict(GapProfile())
+    if where == "unknown":
+        doc["arm"]["latncy"] = value
+    else:
+        doc["arm"]["kp"][2] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("kind", "where", "value", "field", "words"),
+    [
+        ("scene", "value", math.nan, "objects[0].pose.pos[1]", "JSON constant NaN is not allowed"),
+        ("scene", "value", -math.inf, "objects[0].pose.pos[1]", "JSON constant -Infinity is not allowed"),
+        ("scene", "unknown", 1.0, "objects[0].mas", "unknown key (did you mean 'mass'?)"),
+        ("gap", "value", math.nan, "arm.kp[2]", "JSON constant NaN is not allowed"),
+        ("gap", "value", math.inf, "arm.kp[2]", "JSON constant Infinity is not allowed"),
+        ("gap", "unknown", 0.1, "arm.latncy", "unknown key (did you mean 'latency'?)"),
+    ],
+)
+def test_scene_and_gap_files_fail_alike_naming_file_and_field(
+    scene: SceneSpec, tmp_path, kind: str, where: str, value: Any, field: str, words: str
+) -> None:
+    """Both loaders are the one strict JSON reader: NaN/±Infinity and unknown keys are named where they are."""
+    doc, load = (_scene_doc(scene, where, value), load_scene) if kind == "scene" else (_gap_doc(where, value), load_gap)
+    path = tmp_path / f"{kind}.json"
+    path.write_text(json.dumps(doc))  # Python's json writes the NaN / Infinity tokens
+    with pytest.raises(SpecError) as info:
+        load(path)
+    assert info.value.field == field
+    assert words in info.value.reason and str(path) in info.value.reason
+
+
+def test_saving_is_atomic_and_any_spec_round_trips(scene: SceneSpec, tmp_path) -> None:
+    path = tmp_path / "gap.json"
+    path.write_text("old")
+    save_gap(GapProfile(), path)
+    assert load_gap(path) == GapProfile()
+    save_scene(scene, tmp_path / "scene.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gap.json", "scene.json"]  # no temporary file left
+    start = StartState.of_scene(scene)
+    assert from_json(StartState, to_json(start)) == start
 
 
 def _gaussians(n: int) -> dict[str, np.ndarray]:

@@ -1,27 +1,67 @@
-"""The surrogate world behind the process boundary: handles, clocks, failures and clean shutdown."""
+"""The surrogate world behind the process boundary: handles, clocks, resets, failures and clean shutdown."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import multiprocessing as mp
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
+from realissim.geometry import yaw_quat
 from realissim.real import CameraStalledError
 from realissim.real.follower import Follower, standard_trajectory
 from realissim.real.shm import SHM_PREFIX
-from realissim.real.surrogate.gap import Disturbance
+from realissim.real.surrogate.gap import Disturbance, GapProfile
 from realissim.real.surrogate.process import (
     Surrogate,
     SurrogateConfig,
     SurrogateDiedError,
     SurrogateHungError,
 )
-from realissim.spec.scene import SceneSpec
+from realissim.real.surrogate.world import SurrogateWorld
+from realissim.spec.errors import SpecError
+from realissim.spec.scene import Pose, SceneSpec
+from realissim.spec.state import StartState
 
 SMALL = (160, 90)
+SEED = 5
+
+
+@pytest.fixture(scope="module")
+def surrogate(scene: SceneSpec) -> Iterator[Surrogate]:
+    """One lock-step surrogate (3 cameras at SMALL) shared by the reset tests; each starts with a reset."""
+    with Surrogate(scene, SurrogateConfig(camera_size=SMALL, seed=SEED)) as world:
+        yield world
+
+
+@pytest.fixture(scope="module")
+def reference(scene: SceneSpec) -> Iterator[SurrogateWorld]:
+    """The same world in this process: what a new world reset to a start state shows and does."""
+    with SurrogateWorld(scene, GapProfile(), seed=SEED, camera_size=SMALL) as world:
+        yield world
+
+
+def random_start(scene: SceneSpec, rng: np.random.Generator, spread: float | None = None) -> StartState:
+    """Objects moved up to 5 cm on the table and turned to any yaw; joints uniform within their limits, or
+    within `spread` rad of home (a pose the arm holds without touching the table)."""
+    poses = tuple(
+        Pose(
+            (o.pose.pos[0] + rng.uniform(-0.05, 0.05), o.pose.pos[1] + rng.uniform(-0.05, 0.05), o.pose.pos[2]),
+            yaw_quat(rng.uniform(-math.pi, math.pi)),
+        )
+        for o in scene.objects
+    )
+    lower, upper = (np.array([getattr(j, side) for j in scene.robot.joints]) for side in ("lower", "upper"))
+    if spread is not None:
+        home = np.asarray(scene.robot.home)
+        lower, upper = np.maximum(lower, home - spread), np.minimum(upper, home + spread)
+    return StartState(poses, tuple(float(v) for v in rng.uniform(lower, upper)))
 
 
 def _exists(segment: str) -> bool:
@@ -79,7 +119,7 @@ def test_lockstep_handles_step_and_listen_nowhere(scene: SceneSpec) -> None:
         sent = world.robot.command(target)
         np.testing.assert_allclose(sent, target)
         t1 = world.step(30)
-        assert t1 == pytest.approx(t0 + 30 / 60, abs=1e-9)
+        assert t1 == pytest.approx(t0 + 30 / world.config.fps, abs=1e-9)
         assert world.clock.now() == pytest.approx(t1)
         later = [cam.read() for cam in world.cameras]
         assert all(b.index > a.index and b.stamp > a.stamp for a, b in zip(frames, later))
@@ -191,3 +231,154 @@ def test_disturbances_cross_the_boundary_and_a_stopped_camera_is_reported(scene:
         with pytest.raises(CameraStalledError, match=cam):
             world.cameras[0].read()
         world.cameras[1].read()
+
+
+# -- reset -------------------------------------------------------------------------------------------
+def _images(world: Surrogate) -> list[np.ndarray]:
+    return [cam.read().image for cam in world.cameras]
+
+
+def test_reset_publishes_exactly_the_start_state_and_fresh_frames(
+    surrogate: Surrogate, reference: SurrogateWorld, scene: SceneSpec
+) -> None:
+    rng = np.random.default_rng(11)
+    offset = np.asarray(GapProfile().arm.joint_offset)
+    surrogate.reset(random_start(scene, rng))
+    for _ in range(3):
+        surrogate.robot.command(np.asarray(scene.robot.home))
+        surrogate.step(2)
+        before = [cam.read() for cam in surrogate.cameras]
+        to = random_start(scene, rng)
+        surrogate.reset(to)
+        truth = surrogate.oracle.read()
+        np.testing.assert_array_equal(truth.object_pos, to.object_pos)
+        np.testing.assert_allclose(truth.object_quat, to.object_quat, rtol=0, atol=1e-15)
+        np.testing.assert_array_equal(truth.q, to.q_array)
+        assert not truth.qd.any() and truth.time == 0.0 and surrogate.clock.now() == 0.0
+        state = surrogate.robot.read()
+        np.testing.assert_array_equal(state.q, to.q_array + offset)
+        assert not state.qd.any() and state.stamp == 0.0
+        reference.reset(to)
+        for cam, old, fresh in zip(surrogate.cameras, before, reference.render_cameras()):
+            frame = cam.read()
+            assert frame.index > old.index and frame.stamp == 0.0
+            assert not np.array_equal(frame.image, old.image), cam.name
+            np.testing.assert_array_equal(frame.image, fresh.image, err_msg=cam.name)
+
+
+def test_reset_drops_stale_commands_and_live_disturbances(
+    surrogate: Surrogate, reference: SurrogateWorld, scene: SceneSpec
+) -> None:
+    """A reset amid live disturbances, with a command sent but not yet acted on: the next episode steps and
+    renders bit for bit as a new world reset to the same state, left alone."""
+    rng = np.random.default_rng(12)
+    surrogate.reset(random_start(scene, rng, spread=0.2))
+    surrogate.step(2)
+    lit = _images(surrogate)
+    now = surrogate.clock.now()
+    surrogate.disturb(Disturbance("occlude", camera=scene.cameras[0].name, duration=10.0))
+    surrogate.disturb(Disturbance("lighting", duration=10.0, intensity=0.3))
+    surrogate.disturb(Disturbance("freeze_camera", camera=scene.cameras[2].name, duration=10.0))
+    late = now + 5 / surrogate.config.fps
+    surrogate.disturb(Disturbance("move_object", at=late, object=scene.objects[0].name, displacement=(0.05, 0, 0)))
+    surrogate.step()
+    assert np.mean(_images(surrogate)[1]) < 0.6 * np.mean(lit[1])  # the disturbances act
+    surrogate.robot.command(np.asarray(scene.robot.home) + 0.3)  # sent; acted on only at the next step
+    to = random_start(scene, rng, spread=0.2)
+    surrogate.reset(to)
+    reference.reset(to)
+    for k in range(12):  # past the frame the move was due at
+        for image, fresh in zip(_images(surrogate), reference.render_cameras()):
+            np.testing.assert_array_equal(image, fresh.image, err_msg=f"frame {k}")
+        truth, expected = surrogate.oracle.read(), reference.oracle()
+        np.testing.assert_array_equal(truth.q, expected.q, err_msg=f"frame {k}")
+        np.testing.assert_array_equal(truth.object_pos, expected.object_pos, err_msg=f"frame {k}")
+        surrogate.step()
+        reference.step_frame()
+    np.testing.assert_allclose(surrogate.oracle.read().q, to.q_array, atol=2e-3)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"q": (0.0,) * 6}, "q"),
+        ({"q": (0.0, 0.0, 0.0, 0.5, 0.0, 1.0, 0.0)}, "q[3]"),
+        ({"objects": ()}, "objects"),
+        ({"objects": (Pose((math.nan, 0.0, 0.02)),)}, "objects[0].pos"),
+    ],
+)
+def test_a_bad_start_state_is_refused_in_the_parent(
+    surrogate: Surrogate, scene: SceneSpec, change: dict, field: str
+) -> None:
+    surrogate.reset(StartState.of_scene(scene))
+    surrogate.step(3)
+    pid, t = surrogate.pid, surrogate.clock.now()
+    with pytest.raises(SpecError) as err:
+        surrogate.reset(dataclasses.replace(StartState.of_scene(scene), **change))
+    assert err.value.field == field
+    assert surrogate.oracle.read().time == t  # nothing reached the world
+    assert surrogate.step() == pytest.approx(t + 1 / surrogate.config.fps, abs=1e-3)  # whole control ticks
+    assert surrogate.pid == pid
+    with pytest.raises(SpecError, match="finite"):
+        StartState(StartState.of_scene(scene).objects, (math.nan,) * 7)
+
+
+def _footprint(pid: int) -> dict[str, object]:
+    """What a surrogate could leak: our child processes, open files (ours and the child's), and which process
+    it is (a respawn changes the pid)."""
+    return {
+        "children": sorted(p.pid for p in mp.active_children()),
+        "fds": len(os.listdir("/proc/self/fd")),
+        "child_fds": len(os.listdir(f"/proc/{pid}/fd")),
+        "pid": pid,
+    }
+
+
+def _segments_of_others(ours: set[int]) -> set[str]:
+    """Shared-memory segments mapped by processes not in `ours` (e.g. a test run beside this one)."""
+    names = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in ours:
+            continue
+        try:
+            with open(f"/proc/{entry}/maps") as f:
+                names.update(line.split("/dev/shm/")[1].split()[0] for line in f if "/dev/shm/" in line)
+        except OSError:
+            continue  # gone, or not ours to read
+    return names
+
+
+def _reset_many(world: Surrogate, scene: SceneSpec, n: int) -> None:
+    """`n` resets to random object poses (arm at home), stepping in between; each lands where asked, and
+    nothing is left behind: no process, segment or open file more, the same child throughout."""
+    rng = np.random.default_rng(13)
+    home = StartState.of_scene(scene)
+    world.reset(home)
+    before, segments = _footprint(world.pid), set(os.listdir("/dev/shm"))
+    for k in range(n):
+        to = dataclasses.replace(random_start(scene, rng), q=home.q)
+        world.reset(to)
+        truth = world.oracle.read()
+        assert truth.time < 0.5, k  # real time runs on at once, lock-step stays at 0
+        np.testing.assert_allclose(truth.object_pos, to.object_pos, atol=1e-3, err_msg=f"reset {k}")
+        if world.lockstep:
+            world.step()
+    assert _footprint(world.pid) == before
+    assert not set(os.listdir("/dev/shm")) - segments - _segments_of_others({os.getpid(), world.pid})
+
+
+def test_a_hundred_resets_leave_nothing_behind(surrogate: Surrogate, scene: SceneSpec) -> None:
+    _reset_many(surrogate, scene, 100)
+
+
+def test_a_hundred_resets_in_real_time(scene: SceneSpec) -> None:
+    with Surrogate(scene, SurrogateConfig(mode="realtime", camera_size=SMALL)) as world:
+        _reset_many(world, scene, 100)
+        first = world.cameras[0].read()
+        time.sleep(0.2)
+        assert world.cameras[0].read().index > first.index  # still running
+
+
+def test_the_frame_rate_is_passed_down(scene: SceneSpec) -> None:
+    with Surrogate(scene, SurrogateConfig(render=False, fps=40.0)) as world:
+        assert world.step(4) == pytest.approx(0.1, abs=1e-9)

@@ -18,9 +18,8 @@ import pytest
 
 from realissim.assets import panda
 from realissim.assets.pusht import T_NAME, TBlock
-from realissim.demo import PushDemoConfig, push_waypoints
-from realissim.expert.scripted import joint_trajectory, sample_path
-from realissim.geometry import project_points, quat_yaw
+from realissim.expert.scripted import ScriptedPushConfig, joint_trajectory, push_waypoints, sample_path
+from realissim.geometry import project_points, quat_yaw, yaw_quat
 from realissim.real.surrogate.gap import (
     DEFAULT_GAP_PATH,
     ArmGap,
@@ -36,11 +35,12 @@ from realissim.real.surrogate.gap import (
 from realissim.real.surrogate.world import SurrogateWorld
 from realissim.spec.errors import SpecError
 from realissim.spec.scene import ObjectSpec, Pose, SceneSpec, SphereSetSpec
+from realissim.spec.state import StartState
 from realissim.twin.kinematics import PusherIK
-from realissim.twin.physics import TwinPhysics
+from realissim.twin.physics import PhysicsConfig, TwinPhysics
 
 SIZE = (160, 90)
-FPS = 60.0
+FPS = PhysicsConfig().fps
 
 
 def at_frame(k: int) -> float:
@@ -50,6 +50,23 @@ def at_frame(k: int) -> float:
 
 def with_disturbances(*ds: Disturbance) -> GapProfile:
     return dataclasses.replace(GapProfile(), disturbances=ds)
+
+
+def random_start(scene: SceneSpec, rng: np.random.Generator, spread: float | None = None) -> StartState:
+    """Objects moved up to 5 cm on the table and turned to any yaw; joints uniform within their limits, or
+    within `spread` rad of home (a pose the arm holds without touching the table)."""
+    poses = tuple(
+        Pose(
+            (o.pose.pos[0] + rng.uniform(-0.05, 0.05), o.pose.pos[1] + rng.uniform(-0.05, 0.05), o.pose.pos[2]),
+            yaw_quat(rng.uniform(-math.pi, math.pi)),
+        )
+        for o in scene.objects
+    )
+    lower, upper = (np.array([getattr(j, side) for j in scene.robot.joints]) for side in ("lower", "upper"))
+    if spread is not None:
+        home = np.asarray(scene.robot.home)
+        lower, upper = np.maximum(lower, home - spread), np.minimum(upper, home + spread)
+    return StartState(poses, tuple(float(v) for v in rng.uniform(lower, upper)))
 
 
 # -- the profile file --------------------------------------------------------------------------------
@@ -159,8 +176,9 @@ def test_default_gap_pushes_the_t_measurably_differently_from_the_twin(scene: Sc
     """The same joint trajectory pushes the T in the twin and in the surrogate (default gap)."""
     ik = PusherIK(scene)
     home = np.asarray(scene.robot.home)
-    cfg = PushDemoConfig()
-    tips = sample_path(push_waypoints(scene, ik.tip_position(home), cfg), cfg.speed, 1 / FPS, accel=2.0)
+    cfg, obj = ScriptedPushConfig(), scene.objects[0]
+    waypoints = push_waypoints(scene, obj.pose.pos, obj.pose.quat, ik.tip_position(home), cfg)
+    tips = sample_path(waypoints, cfg.speed, 1 / FPS, accel=cfg.accel)
     trajectory = joint_trajectory(ik, tips, home, panda.VELOCITY_LIMIT, 1 / FPS)
     twin = TwinPhysics(scene)
     with SurrogateWorld(scene, render=False) as real:
@@ -301,3 +319,96 @@ def test_headless_rendering_works_when_mujoco_was_imported_without_mujoco_gl() -
     env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+# -- reset ---------------------------------------------------------------------------------------------
+def test_reset_is_exactly_the_start_state_and_forgets_the_episode(scene: SceneSpec) -> None:
+    """After a busy episode (commands still in the latency FIFO, live disturbances active or pending) a reset
+    world reads exactly the start state and then steps and renders bit for bit as a new world reset to it."""
+    rng = np.random.default_rng(7)
+    home = np.asarray(scene.robot.home)
+    with (
+        SurrogateWorld(scene, seed=2, camera_size=SIZE) as world,
+        SurrogateWorld(scene, seed=2, camera_size=SIZE) as fresh,
+    ):
+        for k in range(4):
+            world.command(home + 0.05 * k)
+            world.step_frame()
+        world.disturb(Disturbance("occlude", camera="front", duration=10.0))
+        world.disturb(Disturbance("lighting", duration=10.0, intensity=0.3))
+        world.disturb(Disturbance("freeze_camera", camera="right", duration=10.0))
+        world.disturb(Disturbance("move_object", at=at_frame(9), object=T_NAME, displacement=(0.05, 0.0, 0.0)))
+        world.step_frame()
+        busy = [f.image for f in world.render_cameras()]
+        world.command(home + 0.3)  # in the latency FIFO at the reset: must never act
+        to = random_start(scene, rng, spread=0.2)
+        world.reset(to)
+        fresh.reset(to)
+        truth = world.oracle()
+        np.testing.assert_array_equal(truth.object_pos, to.object_pos)
+        np.testing.assert_allclose(truth.object_quat, to.object_quat, rtol=0, atol=1e-15)
+        np.testing.assert_array_equal(truth.q, to.q_array)
+        assert not truth.qd.any() and truth.time == 0.0 and world.frame == 0
+        q_enc, qd = world.joint_state()
+        np.testing.assert_array_equal(q_enc, to.q_array + np.asarray(world.gap.arm.joint_offset))
+        assert not qd.any()
+        for k in range(15):
+            frames, ref = world.render_cameras(), fresh.render_cameras()
+            for f, r in zip(frames, ref):
+                np.testing.assert_array_equal(f.image, r.image, err_msg=f"frame {k}, camera {f.camera}")
+                assert not (f.dropped or f.delayed or f.frozen)
+            if k == 0:
+                assert all(not np.array_equal(f.image, b) for f, b in zip(frames, busy))
+            a, b = world.oracle(), fresh.oracle()
+            np.testing.assert_array_equal(a.q, b.q, err_msg=f"frame {k}")
+            np.testing.assert_array_equal(a.object_pos, b.object_pos, err_msg=f"frame {k}")
+            if k >= 8:  # both command from frame 8 on; before, the arm holds the start joints
+                for w in (world, fresh):
+                    w.command(to.q_array + 0.02 * (k - 7))
+            for w in (world, fresh):
+                w.step_frame()
+        assert np.abs(world.oracle().object_pos[0] - to.object_pos[0]).max() < 1e-3  # no move_object fired
+
+
+def test_scheduled_disturbances_recur_in_every_episode(scene: SceneSpec) -> None:
+    move = Disturbance("move_object", at=at_frame(3), object=T_NAME, displacement=(0.03, -0.02, 0.0))
+    start = StartState.of_scene(scene)
+    with SurrogateWorld(scene, with_disturbances(move), render=False) as w:
+        for _episode in range(2):
+            w.reset(start)
+            for _ in range(2):
+                w.step_frame()
+            np.testing.assert_allclose(w.oracle().object_pos[0], start.object_pos[0], atol=1e-4)
+            w.step_frame()
+            shift = w.oracle().object_pos[0, :2] - start.object_pos[0, :2]
+            np.testing.assert_allclose(shift, [0.03, -0.02], atol=1e-4)
+            for _ in range(5):
+                w.step_frame()
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"q": (0.0,) * 6}, "q"),
+        ({"q": (0.0, 0.0, 0.0, 0.5, 0.0, 1.0, 0.0)}, "q[3]"),
+        ({"objects": ()}, "objects"),
+        ({"objects": (Pose((math.nan, 0.0, 0.02)),)}, "objects[0].pos"),
+    ],
+)
+def test_a_start_state_that_does_not_fit_is_refused_and_changes_nothing(
+    scene: SceneSpec, change: dict, field: str
+) -> None:
+    with SurrogateWorld(scene, render=False) as w:
+        w.command(np.asarray(scene.robot.home) + 0.05)
+        for _ in range(3):
+            w.step_frame()
+        before = w.oracle()
+        with pytest.raises(SpecError) as err:
+            w.reset(dataclasses.replace(StartState.of_scene(scene), **change))
+        assert err.value.field == field
+        after = w.oracle()
+        assert after.time == before.time and w.frame == 3
+        np.testing.assert_array_equal(after.q, before.q)
+        np.testing.assert_array_equal(after.object_pos, before.object_pos)
+    with pytest.raises(SpecError, match="finite"):
+        StartState(StartState.of_scene(scene).objects, (math.nan,) * 7)

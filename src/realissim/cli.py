@@ -14,6 +14,7 @@ from realissim.assets.mjcf import scene_to_mjcf
 from realissim.assets.pusht import PushTConfig, pusht_scene
 from realissim.spec.errors import SpecError
 from realissim.spec.io import load_scene, save_scene
+from realissim.tasks import make
 from realissim.twin.physics import PhysicsConfig
 
 
@@ -28,7 +29,7 @@ class Demo:
     seconds: float = 20.0
     """Episode length, s; an unseen hand pushes the real T by 5 cm at half of it."""
     realtime: bool = False
-    """Run on the wall clock (the surrogate paces itself at 60 Hz) instead of lock-step."""
+    """Run on the wall clock (the surrogate paces itself at the frame rate) instead of lock-step."""
     out: Path | None = Path("runs/demo")
     """Output folder (None: write nothing)."""
     camera_size: tuple[int, int] = (160, 90)
@@ -65,7 +66,7 @@ class Demo:
             print(f"invalid option: {err}", file=sys.stderr)
             return 2
         try:
-            results = run_loop_demo(config, self.pusht, self.out, self.progress)
+            results = run_loop_demo(config, make("pusht", scene=self.pusht), self.out, self.progress)
         except SurrogateError as err:
             print(f"surrogate failed: {err}", file=sys.stderr)
             return 3
@@ -96,7 +97,7 @@ class Push:
         from realissim.demo import PushDemoConfig, run_push_demo
 
         cfg = PushDemoConfig(seconds=self.seconds, render_every=self.render_every)
-        report = run_push_demo(self.physics, self.pusht, cfg, self.out, self.progress)
+        report = run_push_demo(make("pusht", scene=self.pusht), self.physics, cfg, self.out, self.progress)
         _print_report("PushT twin physics demo", report, self.out)
         return 0
 
@@ -155,9 +156,8 @@ class SurrogateRun:
     """Show a progress bar."""
 
     def run(self) -> int:
-        from realissim.real.drive import drive_surrogate
-        from realissim.real.surrogate.gap import GapProfile, load_gap, save_gap
-        from realissim.real.surrogate.process import SurrogateConfig, SurrogateError
+        from realissim.real.surrogate import GapProfile, SurrogateConfig, SurrogateError, load_gap, save_gap
+        from realissim.surrogate_demo import drive_surrogate
 
         if self.write_gap is not None:
             save_gap(GapProfile(), self.write_gap)
@@ -167,14 +167,16 @@ class SurrogateRun:
             if self.gap is not None:
                 load_gap(self.gap)  # fail here, with the field named, rather than in the child
             config = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=self.camera_size)
-            report = drive_surrogate(pusht_scene(self.pusht), config, self.seconds, self.out, self.progress)
+            report = drive_surrogate(make("pusht", scene=self.pusht), config, self.seconds, self.out, self.progress)
         except SpecError as err:
             print(f"invalid reality-gap profile: {err}", file=sys.stderr)
             return 2
         except SurrogateError as err:
             print(f"surrogate failed: {err}", file=sys.stderr)
             return 3
-        _print_report("Surrogate real world (lock-step), follower on the standard trajectory", report, self.out)
+        _print_report(
+            "Surrogate real world (lock-step), the real arm following the twin's scripted push", report, self.out
+        )
         return 0
 
 

@@ -1,4 +1,4 @@
-"""Rotations, poses and pinhole cameras in the project's conventions (DESIGN.md §2).
+"""Rotations, poses and pinhole cameras in the project's conventions (docs/design.md §2).
 
 Quaternions are [w, x, y, z]; arrays may carry any leading batch shape. Cameras use OpenCV axes:
 x right, y down, z forward. Nothing here depends on the rest of realissim.

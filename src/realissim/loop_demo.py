@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from realissim.assets.pusht import PushTConfig, pusht_scene
 from realissim.eval.scenario import ScenarioConfig, run_scenario
 from realissim.images import grid, write_png
 from realissim.runtime.loop import RuntimeConfig
+from realissim.tasks import Task, make
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class LoopDemoConfig:
     gap: Path | None = None
     """Reality-gap profile JSON (None: the default profile)."""
     realtime: bool = False
-    """Run on the wall clock (the surrogate paces itself at 60 Hz) instead of lock-step."""
+    """Run on the wall clock (the surrogate paces itself at the frame rate) instead of lock-step."""
     camera_size: tuple[int, int] = (160, 90)
     """Real camera image size, px (width, height)."""
     hand_push: tuple[float, float, float] = (0.0, 0.05, 0.0)
@@ -67,11 +67,13 @@ class LoopDemoConfig:
 
 
 def run_loop_demo(
-    config: LoopDemoConfig, pusht: PushTConfig = PushTConfig(), out: Path | None = None, progress: bool = True
+    config: LoopDemoConfig, task: Task | None = None, out: Path | None = None, progress: bool = True
 ) -> dict:
-    """Run the episode with correction on, then off; returns {"on": metrics, "off": metrics, "outputs": [...]}.
-    With `out`, writes report.json, report.md, errors.png, views.png and (if `config.record`) demo.rrd."""
-    scene = pusht_scene(pusht)
+    """Run the episode on `task` (default: PushT) with correction on, then off; returns {"on": metrics, "off":
+    metrics, "outputs": [...]}. With `out`, writes report.json, report.md, errors.png, views.png and (if
+    `config.record`) demo.rrd."""
+    task = make("pusht") if task is None else task
+    scene = task.scene
     base = ScenarioConfig(
         seconds=config.seconds,
         push_time=config.seconds / 2,
@@ -95,7 +97,8 @@ def run_loop_demo(
         for name, correct in (("on", True), ("off", False)):
             observer = recording.run(f"correction_{name}") if recording is not None else None
             cfg = replace(base, runtime=RuntimeConfig(correct=correct))
-            result = run_scenario(scene, cfg, progress, observer=observer, label=f"correction {name}")
+            observers = [observer] if observer is not None else []
+            result = run_scenario(task, cfg, progress, observers, label=f"correction {name}")
             series[name] = result.pop("series")
             results[name] = result
             if observer is not None and observer.last_real is not None:

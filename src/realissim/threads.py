@@ -1,10 +1,8 @@
 """Compute threads when the twin shares a small machine with a real-time world process.
 
-Measured on 2 cores, real-time scenario, 3 cameras at 160×90: with numba's default pool (2 threads) the
-loop ran at 26 Hz (correction 31 ms); with `NUMBA_NUM_THREADS=1` at 40 Hz (correction 22 ms), because the
-surrogate world's process needs about half a core and a second compute thread only contends with it.
-`torch.set_num_threads` alone does not help: numba's pool threads exist from import on. So the pool size
-must be set before numba is first imported.
+A real-time world's process needs about half a core, and a compute thread more only contends with it (26 vs
+40 Hz on 2 cores, docs/decisions.md). numba's pool exists from import on, so its size must be set before numba
+is first imported.
 """
 
 from __future__ import annotations

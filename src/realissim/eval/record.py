@@ -22,7 +22,9 @@ import numpy as np
 import rerun as rr
 
 from realissim.assets import panda
-from realissim.eval.scenario import ScenarioFrame
+from realissim.envs.env import Env, FrameInfo
+from realissim.eval.episode import EpisodeObserver
+from realissim.eval.sync import pose_errors
 from realissim.images import to_uint8
 from realissim.real.interfaces import CameraStalledError
 from realissim.spec.scene import SceneSpec
@@ -35,8 +37,8 @@ TRUTH_COLOR = (40, 200, 90, 110)
 
 
 @dataclass
-class RunRecorder:
-    """Observer for `run_scenario` that logs one run under `prefix`; keeps the last images it logged."""
+class RunRecorder(EpisodeObserver):
+    """An episode observer (online `Env`) that logs one run under `prefix`; keeps the last images it logged."""
 
     recording: rr.RecordingStream
     scene: SceneSpec
@@ -50,34 +52,39 @@ class RunRecorder:
     _arm_bodies: np.ndarray | None = field(default=None, init=False, repr=False)
     _tip: int = field(default=-1, init=False, repr=False)
 
-    def __call__(self, frame: ScenarioFrame) -> None:
+    def on_frame(self, frame: FrameInfo) -> None:
+        env, report = frame.env, frame.report
+        assert isinstance(env, Env) and env.world is not None and env.world.oracle is not None and report is not None
         rec, p = self.recording, self.prefix
-        rec.set_time("time", duration=frame.time)
-        state = frame.report.state
+        rec.set_time("time", duration=float(frame.time))
+        state = report.state
+        truth = env.world.oracle.read()  # evaluation only: the recording shows the truth beside the twin
         if self._arm_bodies is None:
-            self._static(frame)
+            self._static(env)
         for k, obj in enumerate(self.scene.objects):
             rec.log(f"{p}/world/twin/{obj.name}", _pose(state.object_pos[k], state.object_quat[k]))
-            rec.log(f"{p}/world/truth/{obj.name}", _pose(frame.truth.object_pos[k], frame.truth.object_quat[k]))
-        data = frame.runtime.twin.data
+            rec.log(f"{p}/world/truth/{obj.name}", _pose(truth.object_pos[k], truth.object_quat[k]))
+        pos_err, yaw_err = pose_errors(state.object_pos[0], state.object_quat[0], truth.object_pos[0],
+                                         truth.object_quat[0])  # fmt: skip
+        data = env.runtime.twin.data
         arm = data.xpos[self._arm_bodies]
         if self._tip >= 0:
             arm = np.vstack([arm, data.site_xpos[self._tip]])
         rec.log(f"{p}/world/twin/arm", rr.LineStrips3D([arm], radii=0.012, colors=[(200, 200, 210)]))
-        rec.log(f"{p}/error/position_mm", rr.Scalars(1e3 * frame.pos_err))
-        rec.log(f"{p}/error/yaw_deg", rr.Scalars(float(np.degrees(frame.yaw_err))))
-        correction = frame.report.correction
+        rec.log(f"{p}/error/position_mm", rr.Scalars(1e3 * pos_err))
+        rec.log(f"{p}/error/yaw_deg", rr.Scalars(float(np.degrees(yaw_err))))
+        correction = report.correction
         if correction is not None:
             rec.log(f"{p}/correction/force_N", rr.Scalars(float(np.linalg.norm(correction.wrenches[:, :3]))))
             rec.log(f"{p}/correction/loss", rr.Scalars(correction.loss_after))
-        rec.log(f"{p}/desync", rr.Scalars(float(frame.report.desynced)))
-        if frame.frame % self.image_every == 0:
-            self._images(frame)
+        rec.log(f"{p}/desync", rr.Scalars(float(report.desynced)))
+        if (frame.frame - 1) % self.image_every == 0:
+            self._images(env, float(frame.time))
 
-    def _static(self, frame: ScenarioFrame) -> None:
+    def _static(self, env: Env) -> None:
         """Objects' sphere geometry (logged once, moved by the per-frame transforms) and the arm's bodies."""
-        model = frame.runtime.twin.model
-        joints = [model.actuator_trnid[a, 0] for a in frame.runtime.twin.layout.actuators]
+        model = env.runtime.twin.model
+        joints = [model.actuator_trnid[a, 0] for a in env.runtime.twin.layout.actuators]
         links = [int(model.jnt_bodyid[j]) for j in joints]
         self._arm_bodies = np.array([int(model.body_parentid[links[0]]), *links])  # from the arm's base
         self._tip = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, panda.TIP_SITE)  # -1 without a pusher
@@ -92,20 +99,22 @@ class RunRecorder:
                 static=True,
             )
 
-    def _images(self, frame: ScenarioFrame) -> None:
+    def _images(self, env: Env, t: float) -> None:
         """Real camera images and the twin rendered into the same cameras (told calibration)."""
-        world, runtime = frame.world, frame.runtime
+        world, runtime = env.world, env.runtime
+        assert world is not None
         if self._views is None:
             correction = runtime.correction
             if correction is not None:  # its colours are fitted to the real cameras
                 self._views = correction.views
             else:
-                cams = [c.resized(world.size[0], world.size[1]) for c in self.scene.cameras]
+                size = (world.cameras[0].width, world.cameras[0].height)
+                cams = [c.resized(*size) for c in self.scene.cameras]
                 self._views = TwinViews(self.scene, runtime.twin.model, cameras=cams)
         try:
             real = np.stack([cam.read().image for cam in world.cameras])
         except CameraStalledError as err:  # the recording skips this frame's images
-            log.warning("recording: no camera images at t=%.2f s (%s)", frame.time, err)
+            log.warning("recording: no camera images at t=%.2f s (%s)", t, err)
             return
         twin = np.stack([to_uint8(img) for img in self._views.render(runtime.twin.data)[0].numpy()])
         self.last_real, self.last_twin = real, twin

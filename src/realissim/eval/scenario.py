@@ -1,36 +1,31 @@
-"""The standard sync scenario: a scripted push of the T, then an unseen hand moves it, online lock-step.
+"""The standard sync scenario: a scripted push of the T, then an unseen hand moves it; online, through
+`run_episode`.
 
-The twin's arm follows a scripted pushing motion (the demo's push, then it holds); at `push_time` an
-unseen hand moves the real T by `hand_push` (a `move_object` disturbance the twin is not told about).
-The sync recorder compares the twin's T with the oracle every frame.
+The twin's arm follows the scripted push (`ScriptedPush`, then it holds); at `push_time` an unseen hand
+moves the real T by `hand_push` (a `move_object` disturbance the twin is not told about). `SyncObserver`
+compares the twin's object with the oracle every frame (evaluation only) and keeps the loop's timing.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
-from realissim.assets import panda
-from realissim.demo import PushDemoConfig, push_waypoints
+from realissim.envs.env import Env, EnvConfig, FrameInfo
+from realissim.eval.episode import EpisodeObserver, ProgressBar, run_episode
 from realissim.eval.sync import SyncRecorder, detector_score, fault_outcome
-from realissim.expert.scripted import joint_trajectory, sample_path
-from realissim.real.interfaces import OracleState
-from realissim.real.surrogate.gap import Disturbance
-from realissim.real.surrogate.process import Surrogate, SurrogateConfig
-from realissim.runtime.loop import FrameReport, Runtime, RuntimeConfig
-from realissim.spec.scene import SceneSpec
-from realissim.twin.kinematics import PusherIK
-
-log = logging.getLogger(__name__)
+from realissim.expert.scripted import ScriptedPush
+from realissim.policy.base import Observation
+from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
+from realissim.runtime.loop import RuntimeConfig
+from realissim.spec.state import StartState
+from realissim.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -53,135 +48,99 @@ class ScenarioConfig:
     result says for each whether the twin kept tracking, or the detector fired and the follower held."""
     threads: int | None = None
     """Compute threads of the twin (PyTorch and the CPU rasteriser). None: torch's default in lock-step (the
-    world and the twin take turns); in real time all cores but one, which the world's process needs (on 2
-    cores, 2 threads under contention gave 26 Hz and 1 thread 41 Hz)."""
+    world and the twin take turns); in real time all cores but one, which the world's process needs."""
     realtime: bool = False
-    """Run on the wall clock: the surrogate paces itself; the twin takes as many 1/60 s frames per loop
-    as the wall clock demands (correcting on the first), so it stays aligned with reality in time."""
+    """Run on the wall clock: the surrogate paces itself; the twin takes as many frames per loop iteration as
+    the wall clock demands (correcting on the first), so it stays aligned with reality in time."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
 
 
-@dataclass(frozen=True)
-class ScenarioFrame:
-    """What an observer of `run_scenario` sees after each loop iteration (evaluation only: it holds the
-    oracle's truth). `frame` is the index of the last 1/60 s frame run; `pos_err` m and `yaw_err` rad are the
-    twin-vs-truth errors of the first object."""
+class SyncObserver(EpisodeObserver):
+    """Schedules the hand and the faults at reset; per frame, the twin's first object against the oracle (an
+    evaluation-only reading), the desync verdict and the loop's stage timings."""
 
-    frame: int
-    time: float
-    report: FrameReport
-    truth: OracleState
-    pos_err: float
-    yaw_err: float
-    runtime: Runtime
-    world: Surrogate
+    def __init__(self, disturbances: Sequence[Disturbance] = ()) -> None:
+        self.disturbances = tuple(disturbances)
+        self.recorder = SyncRecorder()
+        self.desynced: list[bool] = []
+        self.timings: dict[str, list[float]] = {}
+        self.iteration_s: list[float] = []
+        """Per corrected (or, correction off, per) frame: the loop's own time (the sum of its stages), s."""
+        self.corrected = 0
+        self.truth = None
+
+    def on_reset(self, env: Env, observation: Observation) -> None:
+        assert env.world is not None and hasattr(env.world, "disturb")
+        for d in self.disturbances:
+            env.world.disturb(d)
+
+    def on_frame(self, frame: FrameInfo) -> None:
+        env, report = frame.env, frame.report
+        assert isinstance(env, Env) and env.world is not None and env.world.oracle is not None and report is not None
+        self.truth = env.world.oracle.read()
+        s = report.state
+        self.recorder.add(float(s.time), s.object_pos[0], s.object_quat[0], self.truth.object_pos[0],
+                          self.truth.object_quat[0])  # fmt: skip
+        self.desynced.append(report.desynced)
+        for key, value in report.timing.items():
+            self.timings.setdefault(key, []).append(value)
+        if report.correction is not None or env.runtime.correction is None:
+            self.corrected += 1
+            self.iteration_s.append(sum(v for k, v in report.timing.items() if "." not in k))
 
 
-Observer = Callable[[ScenarioFrame], None]
-
-
-def scripted_targets(scene: SceneSpec, dt: float, n_frames: int) -> np.ndarray:
-    """Joint targets (n_frames, 7): the demo's push of the T towards its goal, then holding still."""
-    ik = PusherIK(scene)
-    home = np.asarray(scene.robot.home)
-    tips = sample_path(push_waypoints(scene, ik.tip_position(home), PushDemoConfig()), 0.25, dt, accel=2.0)
-    targets = joint_trajectory(ik, tips, home, panda.VELOCITY_LIMIT, dt)
-    idx = np.minimum(np.arange(n_frames), len(targets) - 1)
-    return targets[idx]
+def scenario_disturbances(task: Task, config: ScenarioConfig) -> tuple[Disturbance, ...]:
+    """The unseen hand's push of the first object at `push_time`, then the configured faults."""
+    hand = Disturbance(kind="move_object", object=task.scene.objects[0].name, at=config.push_time,
+                       displacement=config.hand_push)  # fmt: skip
+    return (hand, *config.faults)
 
 
 def run_scenario(
-    scene: SceneSpec,
+    task: Task,
     config: ScenarioConfig,
     progress: bool = True,
-    observer: Observer | None = None,
+    observers: Sequence[EpisodeObserver] = (),
     label: str = "scenario",
 ) -> dict:
     """Run the scenario online (lock-step, or real time); returns sync metrics, follower tracking, timing
-    (median ms per stage) and the per-frame error series. `observer` is called after every loop iteration;
-    `label` names the progress bar."""
-    n = round(config.seconds * 60)
-    targets = scripted_targets(scene, 1 / 60, n)
-    recorder = SyncRecorder()
+    (median ms per stage) and the per-frame error series. `observers` see the episode too; `label` names the
+    progress bar."""
     mode = "realtime" if config.realtime else "lockstep"
-    surrogate = SurrogateConfig(gap=config.gap, seed=config.seed, camera_size=config.camera_size, mode=mode)
-    timings: dict[str, list[float]] = {}
-    frame_s = []
-    obj = scene.objects[0].name
+    fps = config.runtime.physics.fps
+    surrogate = SurrogateConfig(gap=config.gap, seed=config.seed, camera_size=config.camera_size, mode=mode, fps=fps)
+    sync = SyncObserver(scenario_disturbances(task, config))
     threads = config.threads or (max(1, (os.cpu_count() or 2) - 1) if config.realtime else None)
-    with _torch_threads(threads), Surrogate(scene, surrogate) as world:
-        runtime = Runtime(scene, config.runtime, world)
-        for fault in config.faults:
-            world.disturb(fault)
-        desynced: list[bool] = []
-        pushed = False
-        wall0, k = time.monotonic(), 0
-        bar = tqdm(total=n, desc=label, unit="frame", disable=not progress)
-        while k < n:
-            if not pushed and k / 60 >= config.push_time:
-                world.disturb(Disturbance(kind="move_object", object=obj, displacement=config.hand_push))
-                pushed = True
-            start = time.perf_counter()
-            if config.realtime:
-                ahead = k / 60 - (time.monotonic() - wall0)
-                if ahead > 0:  # faster than reality: wait for the frame's time (as a camera-paced loop would)
-                    time.sleep(ahead)
-                    start = time.perf_counter()
-            due = max(1, min(n - k, int((time.monotonic() - wall0) * 60) + 1 - k)) if config.realtime else 1
-            for j in range(due):
-                report = runtime.frame(targets[k + j], correct=j == 0)
-            k += due
-            bar.update(due)
-            frame_s.append(time.perf_counter() - start)
-            for key, value in report.timing.items():
-                timings.setdefault(key, []).append(value)
-            truth = world.oracle.read()
-            desynced.append(report.desynced)
-            recorder.add(
-                float(report.state.time),  # the twin's clock: in real time the world's started earlier
-                report.state.object_pos[0],
-                report.state.object_quat[0],
-                truth.object_pos[0],
-                truth.object_quat[0],
-            )
-            if observer is not None:
-                observer(
-                    ScenarioFrame(
-                        k - 1,
-                        recorder.times[-1],
-                        report,
-                        truth,
-                        recorder.pos_err[-1],
-                        recorder.yaw_err[-1],
-                        runtime,
-                        world,
-                    )
-                )
-        wall = time.monotonic() - wall0
-        bar.close()
+    with _torch_threads(threads), Surrogate(task.scene, surrogate) as world:
+        env = Env(task, EnvConfig(runtime=config.runtime), world)
+        bar = ProgressBar(config.seconds, label, progress)
+        episode = run_episode(env, ScriptedPush(task.scene), StartState.of_scene(task.scene), config.seconds,
+                              [sync, bar, *observers], stop_on_success=False)  # fmt: skip
+        runtime = env.runtime
         follower = runtime.follower.tracking.summary() if runtime.follower else {"rms_rad": float("nan")}
         events = list(runtime.detector.events) if runtime.detector else []
-    out = recorder.summary(events=(config.push_time,))
+    out = sync.recorder.summary(events=(config.push_time,))
     out["follower_rms_rad"] = follower["rms_rad"]
-    # Lock-step: the rate the loop could run at (1 / median iteration time). Real time: the achieved rate of
-    # loop iterations (each correcting once) over the wall clock.
-    out["loop_hz"] = len(frame_s) / wall if config.realtime else 1.0 / float(np.median(frame_s))
-    out["frames_per_iteration"] = n / len(frame_s)
-    out["desync_events"] = [(frame / 60, kind) for frame, kind in events]
-    out["timing_ms"] = {key: 1e3 * float(np.median(v)) for key, v in timings.items()}
-    times, errors = np.asarray(recorder.times), np.asarray(recorder.pos_err)
+    # Lock-step: the rate the loop could run at (1 / its median time per corrected frame). Real time: the
+    # achieved rate of corrected frames over the wall clock.
+    out["loop_hz"] = sync.corrected / episode.wall_s if config.realtime else 1.0 / float(np.median(sync.iteration_s))
+    out["frames_per_iteration"] = episode.frames / max(sync.corrected, 1)
+    out["desync_events"] = [(frame * env.dt, kind) for frame, kind in events]
+    out["timing_ms"] = {key: 1e3 * float(np.median(v)) for key, v in sync.timings.items()}
+    out["task"] = episode.final
+    times, errors = np.asarray(sync.recorder.times), np.asarray(sync.recorder.pos_err)
     if runtime.detector is not None:
-        out["detector"] = detector_score(times, errors, np.asarray(desynced))
+        out["detector"] = detector_score(times, errors, np.asarray(sync.desynced))
     out["faults"] = [
         {"kind": f.kind, "camera": f.camera, "at": f.at, "duration": f.duration}
-        | fault_outcome(times, errors, np.asarray(desynced), f.at, f.at + f.duration)
+        | fault_outcome(times, errors, np.asarray(sync.desynced), f.at, f.at + f.duration)
         for f in config.faults
     ]
     out["series"] = {
-        "time": recorder.times,
-        "pos_err": recorder.pos_err,
-        "yaw_err": recorder.yaw_err,
-        "desynced": desynced,
+        "time": sync.recorder.times,
+        "pos_err": sync.recorder.pos_err,
+        "yaw_err": sync.recorder.yaw_err,
+        "desynced": sync.desynced,
     }
     return out
 

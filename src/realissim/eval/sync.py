@@ -14,6 +14,15 @@ RECOVERED_M = 0.005
 """An object counts as re-converged once its position error stays below this, m."""
 
 
+def pose_errors(
+    twin_pos: ArrayLike, twin_quat: ArrayLike, true_pos: ArrayLike, true_quat: ArrayLike
+) -> tuple[float, float]:
+    """An object's position error, m (3D distance), and yaw error, rad in [0, π], twin against truth (pos (3,)
+    m, quat (4,) wxyz)."""
+    d = quat_yaw(np.asarray(twin_quat)) - quat_yaw(np.asarray(true_quat))
+    return float(np.linalg.norm(np.asarray(twin_pos) - np.asarray(true_pos))), abs(math.atan2(math.sin(d), math.cos(d)))
+
+
 @dataclass
 class SyncRecorder:
     """Per-frame twin-vs-truth errors of one object: time s, position error m (xyz), yaw error rad."""
@@ -26,10 +35,10 @@ class SyncRecorder:
         self, time: float, twin_pos: ArrayLike, twin_quat: ArrayLike, true_pos: ArrayLike, true_quat: ArrayLike
     ) -> None:
         """Record one frame: the twin's and the true pose of the object (pos (3,) m, quat (4,) wxyz)."""
+        pos_err, yaw_err = pose_errors(twin_pos, twin_quat, true_pos, true_quat)
         self.times.append(float(time))
-        self.pos_err.append(float(np.linalg.norm(np.asarray(twin_pos) - np.asarray(true_pos))))
-        d = quat_yaw(np.asarray(twin_quat)) - quat_yaw(np.asarray(true_quat))
-        self.yaw_err.append(abs(math.atan2(math.sin(d), math.cos(d))))
+        self.pos_err.append(pos_err)
+        self.yaw_err.append(yaw_err)
 
     def recovery(self, event_time: float, threshold: float = RECOVERED_M) -> float:
         """Seconds after `event_time` until the position error falls below `threshold` and stays there;

@@ -1,7 +1,8 @@
-"""Scripted pusher motions: Cartesian tip paths turned into 60 Hz joint targets by inverse kinematics.
+"""Scripted pusher motions: Cartesian tip paths turned into joint targets by inverse kinematics, and the
+scripted push of the T as a `Policy`.
 
 The tip follows straight segments between waypoints at a requested speed; where that speed would ask a
-joint to move faster than its velocity limit, the step is stretched over more frames, so the result
+joint to move faster than its velocity limit, the step is stretched over more samples, so the result
 is as fast as the arm allows, up to the requested speed.
 """
 
@@ -10,10 +11,15 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from realissim.assets import panda
+from realissim.geometry import quat_to_mat
+from realissim.policy.base import ActionChunk, Observation
+from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK
 
 
@@ -65,17 +71,19 @@ def joint_trajectory(
     seed: ArrayLike,
     velocity_limit: Sequence[float],
     dt: float,
+    strict: bool = True,
 ) -> np.ndarray:
     """Joint targets (T, J), one per frame of `dt` s, moving the tip through `tip_points` (N, 3).
 
     Each point is solved by IK from the previous solution; a step that would exceed `velocity_limit`
-    (J,) rad/s on any joint is split into several frames of linearly interpolated joints.
+    (J,) rad/s on any joint is split into several frames of linearly interpolated joints. `strict=False`: an
+    unreachable point gets the closest reachable configuration instead of an `IKError`.
     """
     vmax = np.asarray(velocity_limit, dtype=np.float64)
     q_prev = np.asarray(seed, dtype=np.float64)
     frames = []
     for p in np.asarray(tip_points, dtype=np.float64):
-        q = ik.solve(p, q_prev)
+        q = ik.solve(p, q_prev, strict)
         n = max(1, math.ceil(float(np.max(np.abs(q - q_prev) / (vmax * dt)))))
         frames.append(q_prev + (q - q_prev) * (np.arange(1, n + 1) / n)[:, None])
         q_prev = q
@@ -91,3 +99,81 @@ def sweep_waypoints(center: ArrayLike, half: float, lanes: int, height: float) -
         xs = (cx - half, cx + half) if i % 2 == 0 else (cx + half, cx - half)
         pts += [(xs[0], y, height), (xs[1], y, height)]
     return np.asarray(pts)
+
+
+@dataclass(frozen=True)
+class ScriptedPushConfig:
+    """The scripted push: behind the object, down, along the line to its goal, up; then hold."""
+
+    speed: float = 0.25
+    """Pusher tip speed, m/s."""
+    accel: float = 2.0
+    """Tip acceleration at the ends of each straight segment, m/s²."""
+    push_height: float = 0.015
+    """Tip centre height above the table while pushing, m."""
+    approach_gap: float = 0.05
+    """Distance kept from the object's edge when the tip comes down behind it, m."""
+    hover: float = 0.08
+    """Tip height while travelling above the object, m."""
+    waypoints: int = 32
+    """Waypoints per chunk, m."""
+    horizon: float = 1.0
+    """Chunk horizon H, s."""
+
+
+def push_waypoints(
+    scene: SceneSpec, obj_pos: ArrayLike, obj_quat: ArrayLike, tip_start: ArrayLike, cfg: ScriptedPushConfig
+) -> np.ndarray:
+    """Tip waypoints (5, 3) m, world frame: from `tip_start` to above a point behind the scene's first object
+    (at obj_pos (3,) m, obj_quat (4,) wxyz), down, along the line to its goal, up."""
+    obj = scene.objects[0]
+    start = np.asarray(obj_pos, dtype=np.float64)[:2]
+    goal = np.asarray(scene.goals[0].pose.pos[:2]) if scene.goals else start + np.array([0.1, 0.0])
+    direction = (goal - start) / max(float(np.linalg.norm(goal - start)), 1e-9)
+    # How far the object extends behind its centre, seen along the push direction, at its yaw.
+    centers_W = np.asarray(obj.spheres.centers)[:, :2] @ quat_to_mat(np.asarray(obj_quat))[:2, :2].T
+    rod = scene.robot.pusher.radius if scene.robot.pusher else 0.0
+    back = float(np.max(centers_W @ -direction + np.asarray(obj.spheres.radii))) + rod
+    behind = start - direction * (back + cfg.approach_gap)
+    end = goal - direction * back
+    h, z = cfg.hover, cfg.push_height
+    return np.array([np.asarray(tip_start, dtype=np.float64), [*behind, h], [*behind, z], [*end, z], [*end, h]])
+
+
+class ScriptedPush:
+    """A `Policy` that pushes the scene's first object once along the straight line to its goal, then holds.
+
+    It plans on its first `act` after `reset`, from what it observes (the object's pose, the arm's joints), a
+    tip path sampled every H/m s and solved by IK; each chunk is the next m samples of that plan from the
+    observation's time, and progress is the plan's elapsed fraction.
+    """
+
+    def __init__(self, scene: SceneSpec, config: ScriptedPushConfig = ScriptedPushConfig()) -> None:
+        self.scene, self.config = scene, config
+        self.ik = PusherIK(scene)
+        self._plan: np.ndarray | None = None
+        self._t0 = 0.0
+
+    def reset(self) -> None:
+        self._plan = None
+
+    def plan(self, observation: Observation) -> np.ndarray:
+        """Joint targets (L, J), one every H/m s, the first at the observed joints."""
+        cfg = self.config
+        step = cfg.horizon / cfg.waypoints
+        q = np.asarray(observation.q, dtype=np.float64)
+        points = push_waypoints(
+            self.scene, observation.object_pos[0], observation.object_quat[0], self.ik.tip_position(q), cfg
+        )
+        tips = sample_path(points, cfg.speed, step, accel=cfg.accel)
+        # Best effort: where the line behind the object leaves the arm's reach, it pushes from as close as it can.
+        return np.concatenate([q[None], joint_trajectory(self.ik, tips, q, panda.VELOCITY_LIMIT, step, strict=False)])
+
+    def act(self, observation: Observation) -> ActionChunk:
+        cfg = self.config
+        if self._plan is None:
+            self._plan, self._t0 = self.plan(observation), float(observation.time)
+        last = len(self._plan) - 1
+        k0 = round((float(observation.time) - self._t0) * cfg.waypoints / cfg.horizon)
+        idx = np.minimum(k0 + np.arange(1, cfg.waypoints + 1), last)
+        return ActionChunk(self._plan[idx], idx / max(last, 1), cfg.horizon)

@@ -1,4 +1,4 @@
-"""The follower: streams the twin robot's actual joints to the real robot through Ruckig (DESIGN.md §4).
+"""The follower: streams the twin robot's actual joints to the real robot through Ruckig (docs/design.md §4).
 
 `Follower.step` — once per twin frame, every `dt` seconds — moves the command one period along a Ruckig
 trajectory towards the twin, within a fraction of the robot's published velocity, acceleration and jerk
@@ -41,6 +41,7 @@ import ruckig
 from numpy.typing import ArrayLike
 
 from realissim.real.interfaces import Robot, RobotDescription
+from realissim.twin.physics import PhysicsConfig
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +70,9 @@ class RuckigFailedError(RuntimeError):
 class FollowerConfig:
     """How the follower streams targets to the robot."""
 
-    dt: float = 1.0 / 60.0
-    """Command period, s: the time between calls to `step`, each bringing a new twin frame (60 Hz twin)."""
+    dt: float = 1.0 / PhysicsConfig().fps
+    """Command period, s: the time between calls to `step`, each bringing a new twin frame (default: the twin's
+    frame period)."""
     max_jump: float = 0.5
     """Largest distance, rad, on any joint, from the commanded position to a target the follower tracks;
     a target farther away makes it hold (brake to rest) until the target comes back within this bound."""

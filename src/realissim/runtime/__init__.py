@@ -1,4 +1,4 @@
-"""The 60 Hz frame loop that couples the twin to the (surrogate) real world."""
+"""The frame loop that couples the twin to the (surrogate) real world."""
 
 from realissim.runtime.loop import FrameReport, Runtime, RuntimeConfig
 

@@ -43,6 +43,13 @@ class DesyncDetector:
         """(frame, "fired" | "re-armed") in order."""
         self._frame = 0
 
+    def restart(self) -> None:
+        """A new episode: in sync, no events, counters cleared; the learned baseline (a property of the cameras
+        and the scene's look, not of the episode) is kept."""
+        self._high = self._low = self._frame = 0
+        self.desynced = False
+        self.events = []
+
     @property
     def baseline(self) -> float:
         """The median in-sync residual (inf during warm-up)."""

@@ -1,34 +1,33 @@
-"""The Real-is-Sim frame loop: one wiring, two switches (DESIGN.md §3).
+"""The Real-is-Sim frame loop: one wiring, two switches (docs/design.md §3).
 
-Every frame: read the real cameras and the real arm's joints; if `correct`, compute the visual wrench
-on the twin's objects from those images (robot rendered at the real arm's joints); step the twin with
-the commanded joint targets and that wrench; if `follow`, stream the twin arm's *actual* joints to the
-real robot through the follower; in lock-step, advance the real world one frame. Online is both
-switches on, with a surrogate (or hardware); offline is both off, with no real world at all.
+Every frame: read the real cameras and the real arm's joints; if `correct`, ask the visual correction for
+this frame's wrench on the twin's objects and apply it; step the twin with the commanded joint targets; if
+`follow`, stream the twin arm's *actual* joints to the real robot through the follower; in lock-step,
+advance the real world one frame. Online is both switches on, over a `RealWorld` (the surrogate or
+hardware); offline is both off, with no real world at all. The frame period is the twin's
+(`PhysicsConfig.fps`), and everything below the loop is given it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 from numpy.typing import ArrayLike
-from torch import Tensor
 
 from realissim.real.follower import Follower, FollowerConfig
-from realissim.real.interfaces import CameraStalledError
-from realissim.real.surrogate.process import Surrogate
+from realissim.real.interfaces import CameraStalledError, RealWorld
 from realissim.runtime.desync import DesyncConfig, DesyncDetector
 from realissim.spec.scene import SceneSpec
+from realissim.spec.state import StartState
 from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras
 from realissim.twin.color_fit import ColorFitConfig, fit_colors
 from realissim.twin.correction import CorrectionConfig, CorrectionResult, VisualCorrection
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
-from realissim.twin.state import TwinState
-from realissim.twin.support import support_normals
+from realissim.twin.state import TwinState, rest_state
 from realissim.twin.views import TwinViews
 
 log = logging.getLogger(__name__)
@@ -43,88 +42,113 @@ class RuntimeConfig:
     correct: bool = True
     """Visual correction: camera images pull the twin's objects."""
     physics: PhysicsConfig = field(default_factory=PhysicsConfig)
+    """The twin's physics; its frame rate is the loop's."""
     correction: CorrectionConfig = field(default_factory=CorrectionConfig)
-    planar_on_support: bool = True
-    """While an object rests on static geometry (the table), apply only the in-plane part of its visual wrench
-    (force along the surface, torque about its normal): the support already fixes the rest. Measured: a
-    calibration bias made the correction press the resting T into the table with a steady 4.3 N, which
-    raised its friction above the in-plane pull, and the twin stalled 5.5 mm from the real T."""
     fit_colors: bool = True
-    """Before the first frame, fit the twin's Gaussian colours to the real cameras' first images (the twin
-    and reality start in the same, known state)."""
+    """Calibration fits the twin's Gaussian colours to the real cameras' images."""
     color_fit: ColorFitConfig = field(default_factory=ColorFitConfig)
-    desync: DesyncConfig = field(default_factory=DesyncConfig)
-    """The desync detector (active with the correction): when it fires, the follower holds the real arm."""
     refine_cameras: bool = True
-    """Before the first frame, also correct the cameras' calibration from the first images (see
-    `camera_refine`); by measurement it removes most of the bias the default gap's calibration error puts on
-    the correction."""
+    """Calibration also corrects the cameras' rotation and intrinsics from the images (docs/decisions.md)."""
     camera_refine: CameraRefineConfig = field(
         default_factory=lambda: CameraRefineConfig(steps=100, lr_rotation=1e-3, lr_translation=1e-9, intrinsics=True)
     )
-    """Rotation and intrinsics (focal scale, principal point) by default. Measured on the 20 s scenario, default
-    gap: rotation only 4.8 mm median error; + intrinsics 3.2 mm; + translation 3.8–4.3 mm (from one view
-    translation is nearly degenerate with rotation and principal point); with no calibration error 1.2 mm."""
+    """Rotation and intrinsics (focal scale, principal point); from one view translation is nearly degenerate
+    with rotation and principal point, so it is left out."""
+    desync: DesyncConfig = field(default_factory=DesyncConfig)
+    """The desync detector (active with the correction): when it fires, the follower holds the real arm."""
     follower: FollowerConfig = field(default_factory=FollowerConfig)
+    """The follower; its command period is set to the twin's frame period."""
 
 
 @dataclass(frozen=True)
 class FrameReport:
-    """One frame: the twin's state after it, the correction (None when off), and the time each stage
-    took, s (keys: sense = reading the arm and the frames from shared memory, correct (with its parts
-    correct.prepare, correct.forward, correct.backward, correct.optimiser), physics, follow, world)."""
+    """One frame: the twin's state after it, the correction (None when off or paused), the real arm's measured
+    joints q_real (J,) rad and the real images (C,H,W,3) uint8 read this frame (None offline or when not
+    read), and the time each stage took, s (keys: sense = reading the arm and the frames, correct (with its
+    parts correct.prepare, correct.forward, correct.backward, correct.optimiser), physics, follow, world)."""
 
     state: TwinState
     correction: CorrectionResult | None
     timing: dict[str, float]
     desynced: bool = False
     """The desync detector's verdict after this frame (the follower held the real arm if so)."""
+    q_real: np.ndarray | None = None
+    images: np.ndarray | None = None
 
 
 class Runtime:
-    """The twin plus, when online, its real world; `frame(q_target)` runs one 60 Hz frame."""
+    """The twin plus, when online, its real world; `frame(q_target)` runs one frame of `twin.dt` s.
 
-    def __init__(self, scene: SceneSpec, config: RuntimeConfig = RuntimeConfig(), world: Surrogate | None = None):
-        """`world` is a started `Surrogate` (lock-step or real-time), required when either switch is on."""
+    Call sequence: `reset(start)` (twin and world to a start state), `calibrate()` (online, when the twin
+    and the world are known to agree: right after a reset), then `frame(...)` repeatedly.
+    """
+
+    def __init__(self, scene: SceneSpec, config: RuntimeConfig = RuntimeConfig(), world: RealWorld | None = None):
+        """`world` is a started `RealWorld`, required when either switch is on."""
         if (config.follow or config.correct) and world is None:
-            raise ValueError("follow/correct need a real world: pass a started Surrogate, or switch both off")
+            raise ValueError("follow/correct need a real world: pass a started RealWorld, or switch both off")
         self.scene, self.config, self.world = scene, config, world
         self.twin = TwinPhysics(scene, config.physics)
         self.correction: VisualCorrection | None = None
         if config.correct:
             assert world is not None
-            cams = [c.resized(world.size[0], world.size[1]) for c in scene.cameras]
+            if not world.cameras:
+                raise ValueError("correct needs a world with cameras")
+            cam = world.cameras[0]
+            cams = [c.resized(cam.width, cam.height) for c in scene.cameras]
             views = TwinViews(scene, self.twin.model, cameras=cams)
-            self.correction = VisualCorrection(views, self.twin.model, config.correction)
-            if config.fit_colors:
-                self.twin.reset()
-                q_real = world.robot.read().q
-                xpos, xquat, _ = self.correction.poses(self.twin.data.qpos, self.twin.layout.robot_qpos, q_real)
-                images = torch.from_numpy(np.stack([cam.read().image for cam in world.cameras]))[None]
-                fit_colors(views, xpos, xquat, images, config.color_fit)
-                if config.refine_cameras:
-                    refine_cameras(views, xpos, xquat, images[0], config.camera_refine)
-                    fit_colors(views, xpos, xquat, images, config.color_fit)
-        self.follower = Follower(world.robot.description, config.follower) if config.follow and world else None
+            self.correction = VisualCorrection(views, self.twin.model, config.correction, frame_dt=self.twin.dt)
+        self.follower = None
+        if config.follow and world is not None:
+            self.follower = Follower(world.robot.description, replace(config.follower, dt=self.twin.dt))
         self.detector = DesyncDetector(config.desync) if self.correction is not None else None
         self._stalled = False
         self._held_target: np.ndarray | None = None
-        self.reset()
 
-    def reset(self) -> None:
-        """The twin to the scene's initial state; the follower from the real arm's measured joints."""
-        self.twin.reset()
+    @property
+    def dt(self) -> float:
+        """The frame period, s."""
+        return self.twin.dt
+
+    def reset(self, start: StartState | None = None) -> None:
+        """Twin and (when online) world to `start` (default: the scene's initial state), at rest; the follower
+        from the real arm's measured joints; the detector to in-sync (keeping its learned baseline)."""
+        start = StartState.of_scene(self.scene) if start is None else start
+        start.check(self.scene)
+        self.twin.reset(rest_state(start))
+        if self.world is not None:
+            self.world.reset(start)
         if self.follower is not None and self.world is not None:
             self.follower.reset(self.world.robot.read().q)
+        if self.detector is not None:
+            self.detector.restart()
+        self._held_target = None
+        self._stalled = False
+
+    def calibrate(self) -> None:
+        """Fit the twin's appearance to the real cameras (colours; camera rotation and intrinsics), assuming the
+        twin's state is the world's (call right after `reset`). No-op offline or without correction."""
+        if self.correction is None or self.world is None:
+            return
+        views = self.correction.views
+        q_real = self.world.robot.read().q
+        xpos, xquat, _ = self.correction.poses(self.twin.data.qpos, self.twin.layout.robot_qpos, q_real)
+        images = torch.from_numpy(np.stack([cam.read().image for cam in self.world.cameras]))[None]
+        t0 = time.perf_counter()
+        if self.config.fit_colors:
+            fit_colors(views, xpos, xquat, images, self.config.color_fit)
+        if self.config.refine_cameras:
+            refine_cameras(views, xpos, xquat, images[0], self.config.camera_refine)
+            if self.config.fit_colors:
+                fit_colors(views, xpos, xquat, images, self.config.color_fit)
+        log.info("calibrated the twin's appearance to the cameras in %.2f s", time.perf_counter() - t0)
 
     def frame(self, q_target: ArrayLike, correct: bool = True) -> FrameReport:
         """One frame with the policy's desired joints q_target (7,) rad; `correct=False` skips the visual
         correction this frame (a real-time loop catching up with the wall clock). While the desync detector
-        says the twin is out of sync, the follower holds the real arm and the twin arm holds too (its
-        targets stay those of the frame the detector fired; q_target is ignored until it re-arms, see
-        `FrameReport.desynced`), so the policy's motion cannot push the twin's objects where the real ones
-        are not. Re-applying the last wrench
-        on such frames was measured to destabilise the twin (its damping term is for one frame)."""
+        says the twin is out of sync, the follower holds the real arm and the twin arm holds too (its targets
+        stay those of the frame the detector fired; q_target is ignored until it re-arms), so the policy's
+        motion cannot push the twin's objects where the real ones are not."""
         timing: dict[str, float] = {}
         clock = time.perf_counter
         t0 = clock()
@@ -137,19 +161,10 @@ class Runtime:
         result = None
         if self.correction is not None and images is not None:
             t0 = clock()
-            poses = self.correction.poses(self.twin.data.qpos, self.twin.layout.robot_qpos, q_real)
-            now = self.twin.state()
-            velocity = np.concatenate([now.object_linvel, now.object_angvel], axis=1)
-            support = None
-            if self.config.planar_on_support:
-                support = support_normals(self.twin.model, self.twin.data, self.correction.object_bodies)
-            result = self.correction(*poses, images, velocity, support)
+            result = self.correction.correct(self.twin, q_real, torch.from_numpy(images))
             self.twin.apply_wrenches(result.wrenches)
             if self.detector is not None:
-                saturated = bool(
-                    np.any(np.linalg.norm(result.wrenches[:, :3], axis=1) >= 0.99 * self.config.correction.max_force)
-                )
-                self.detector.update(result.loss_after, saturated)
+                self.detector.update(result.residual, result.saturated)
             timing["correct"] = clock() - t0
             timing.update({f"correct.{key}": value for key, value in result.stages.items()})
         t0 = clock()
@@ -167,17 +182,17 @@ class Runtime:
             t0 = clock()
             self.follower.follow(self.world.robot, state.q, hold=self.desynced)
             timing["follow"] = clock() - t0
-        if self.world is not None and self.world.config.mode == "lockstep":
+        if self.world is not None and self.world.lockstep:
             t0 = clock()
             self.world.step()
             timing["world"] = clock() - t0
-        return FrameReport(state, result, timing, self.desynced)
+        return FrameReport(state, result, timing, self.desynced, q_real, images)
 
-    def _read_cameras(self) -> Tensor | None:
+    def _read_cameras(self) -> np.ndarray | None:
         """All cameras' latest frames (C,H,W,3) uint8, or None (no correction this frame) if one has stalled."""
         assert self.world is not None
         try:
-            images = torch.from_numpy(np.stack([cam.read().image for cam in self.world.cameras]))
+            images = np.stack([cam.read().image for cam in self.world.cameras])
         except CameraStalledError as err:
             if not self._stalled:
                 log.warning("correction paused: %s", err)

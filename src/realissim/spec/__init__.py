@@ -2,13 +2,17 @@
 
 from realissim.spec.errors import SpecError
 from realissim.spec.io import (
+    from_json,
     load_gaussians,
+    load_json,
     load_scene,
+    save_json,
     save_scene,
     scene_from_dict,
     scene_from_json,
     scene_to_dict,
     scene_to_json,
+    to_json,
 )
 from realissim.spec.scene import (
     CameraSpec,
@@ -39,11 +43,15 @@ __all__ = [
     "SceneSpec",
     "SpecError",
     "SphereSetSpec",
+    "from_json",
     "load_gaussians",
+    "load_json",
     "load_scene",
+    "save_json",
     "save_scene",
     "scene_from_dict",
     "scene_from_json",
     "scene_to_dict",
     "scene_to_json",
+    "to_json",
 ]

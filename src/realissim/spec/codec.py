@@ -20,7 +20,8 @@ from realissim.spec.errors import SpecError
 T = TypeVar("T")
 
 
-def _join(path: str, name: str) -> str:
+def join_path(path: str, name: str) -> str:
+    """The path of field `name` inside the field at `path` ("" is the document's root)."""
     return f"{path}.{name}" if path else name
 
 
@@ -110,7 +111,7 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise SpecError(_join(path, str(key)), f"unknown key{hint}")
+            raise SpecError(join_path(path, str(key)), f"unknown key{hint}")
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
     for name, field in fields.items():
@@ -118,8 +119,8 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
             has_default = field.default is not dataclasses.MISSING
             if has_default or field.default_factory is not dataclasses.MISSING:
                 continue
-            raise SpecError(_join(path, name), "missing required key")
-        kwargs[name] = _convert(hints[name], data[name], _join(path, name))
+            raise SpecError(join_path(path, name), "missing required key")
+        kwargs[name] = _convert(hints[name], data[name], join_path(path, name))
     try:
         return cls(**kwargs)
     except SpecError as err:

@@ -1,6 +1,6 @@
 """Scene description: robot, rigid objects, ground, cameras and goals, as frozen dataclasses.
 
-Conventions (DESIGN.md §2): SI units (m, kg, s, rad), world Z up with the table top at z = 0,
+Conventions (docs/design.md §2): SI units (m, kg, s, rad), world Z up with the table top at z = 0,
 quaternions `[w, x, y, z]`, cameras in OpenCV axes (x right, y down, z forward). Every class checks
 its own values on construction and raises `SpecError` naming the field; `realissim.spec.io` adds the
 path from the scene root when loading a file.

@@ -25,6 +25,9 @@ class StartState:
     def __post_init__(self) -> None:
         if not all(np.isfinite(self.q)):
             raise SpecError("q", f"joint positions must be finite, got {self.q}")
+        for k, pose in enumerate(self.objects):
+            if not all(np.isfinite(pose.pos)):
+                raise SpecError(f"objects[{k}].pos", f"must be finite, got {pose.pos}")
 
     @staticmethod
     def of_scene(scene: SceneSpec) -> StartState:

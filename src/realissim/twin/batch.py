@@ -117,6 +117,11 @@ class TwinBatch:
             body, reason = problem or ("world", "MuJoCo reset the simulation (bad accelerations)")
             raise PhysicsDivergedError(body, self.frame, f"twin {b}: {reason}", list(self._history))
 
+    @property
+    def qpos(self) -> np.ndarray:
+        """(B, nq) every twin's MuJoCo positions (a copy), e.g. for body poses by kinematics."""
+        return self._qpos.copy()
+
     def state(self) -> TwinState:
         """The current state of every twin, fields with a leading axis B (copies)."""
         return read_state(self.layout, self._time, self._qpos, self._qvel, self._ctrl)

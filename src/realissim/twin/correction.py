@@ -1,4 +1,4 @@
-"""Visual forces: the twin's objects are pulled towards where the cameras see them (DESIGN.md §4).
+"""Visual forces: the twin's objects are pulled towards where the cameras see them (docs/design.md §4).
 
 Per frame (the reference algorithm of Embodied Gaussians): the objects' Gaussians, placed at the twin's
 body poses, become free variables (world means and rotations); `iterations` Adam steps reduce the
@@ -27,7 +27,8 @@ from torch import Tensor
 
 from realissim.render import rasterize
 from realissim.render.gaussians import Gaussians, quat_multiply
-from realissim.twin.support import planar_wrenches
+from realissim.twin.physics import TwinPhysics
+from realissim.twin.support import planar_wrenches, support_normals
 from realissim.twin.views import TwinViews, ViewWindow
 
 
@@ -40,26 +41,18 @@ class CorrectionConfig:
     lr_means: float = 1.5e-3
     """Adam learning rate of the Gaussians' means, m."""
     adam_eps: float = 1e-6
-    """Adam's ε. Adam's steps are nearly sign-like, so with the default 1e-8 a residual at float rounding
-    (gradients ~1e-8 when the twin explains the images) still moved the Gaussians by most of a step; 1e-6
-    keeps steps at full size down to ~0.1 mm of error at 160×90 (gradients ~4e-4) and silences rounding."""
+    """Adam's ε: large enough that a residual at float rounding does not move the Gaussians (docs/decisions.md)."""
     optimiser: Literal["adam", "vector_adam"] = "vector_adam"
-    """"adam": torch's Adam, per coordinate; "vector_adam": Adam with one second moment per row (a body's
-    translation, a body's rotation vector, a Gaussian's mean), so each step follows the gradient's direction.
-    Per-coordinate Adam's first steps are lr·sign(g) in every coordinate: a pure 0.5 mm x offset of the T
-    gave 0.65 N in y and 0.72 N in z besides 0.08 N in x."""
+    """"adam": torch's Adam, per coordinate; "vector_adam": one second moment per row (a body's translation,
+    its rotation vector, a Gaussian's mean), so each step follows the gradient's direction (docs/decisions.md)."""
     lr_quats: float = 1e-3
     """Adam learning rate of the Gaussians' rotations (quaternion components)."""
     stiffness: float = 1000.0
-    """Force per metre of uniform displacement of a body's Gaussians, N/m. Measured on the PushT T
-    (0.25 kg, friction 0.5) pulled 22 mm onto its seen pose: 500 stalls at 4 mm (the visual force cannot
-    beat static friction once Adam's few steps shrink), 1000 settles to 0.5 mm in 0.7 s, 2000 oscillates."""
+    """Force per metre of uniform displacement of a body's Gaussians, N/m: enough to beat static friction, not
+    so much that it oscillates (docs/decisions.md)."""
     loss: Literal["l2", "l1", "huber"] = "huber"
-    """Photometric loss per pixel and channel, averaged. Huber with a small δ by measurement (20 s scenario,
-    default gap, median / p95 position error): L2 3.2 / 3.3 mm, Huber δ 0.1 1.9 / 2.0, L1 1.4 / 1.5, Huber
-    δ 0.01 1.2 / 1.2, δ 0.003 1.1 / 1.2. A robust loss lets the pixels the twin cannot explain (calibration
-    error at edges, the arm, shading) pull less; the quadratic core keeps residuals at the noise level
-    (and float rounding, where L1's sign-like gradient still pulled 1.6 N) from pulling at all."""
+    """Photometric loss per pixel and channel, averaged; Huber with δ at the noise level had the smallest sync
+    error (docs/decisions.md)."""
     huber_delta: float = 0.01
     """Where the Huber loss turns from quadratic to linear (intensity units, 1 = full scale); about the
     cameras' noise level (the default gap's σ is 2/255)."""
@@ -70,23 +63,21 @@ class CorrectionConfig:
     """Largest visual force on a body, N (larger ones are scaled down, torque with them)."""
     mode: Literal["gaussians", "rigid"] = "rigid"
     """"gaussians": the reference (every object Gaussian a free variable, forces from their displacements);
-    "rigid": each object's Gaussians move together, optimising one translation and rotation per body. Rigid
-    is the default by measurement: it follows a 5 cm push by an unseen hand (the reference never does)."""
+    "rigid": one translation and rotation per body — it follows a push the reference never does
+    (docs/decisions.md)."""
     lr_rotation: float = 0.005
     """rigid: Adam learning rate of each body's rotation vector, rad."""
     rot_stiffness: float = 8.0
     """rigid: torque per radian of rotation found, N·m/rad."""
     damping_ratio: float = 1.0
-    """rigid: damping of the visual pull relative to critical (2·sqrt(k·m), and 2·sqrt(k_rot·I) with the
-    body's smallest principal inertia), opposing the twin body's velocity. Adam's steps are nearly
-    sign-like, so without damping the pull is bang-bang and the body oscillates about the seen pose."""
+    """rigid: damping of the visual pull relative to critical (2·sqrt(k·m), 2·sqrt(k_rot·I) with the smallest
+    principal inertia), against the body's velocity; without it the sign-like pull oscillates."""
     crop_margin: int | None = 16
-    """Optimise over a window of each image around the objects (their Gaussians' projections at the twin's
-    pose, grown by this many px; None: whole images). Pixels far from the objects carry no gradient to them.
-    At 160×90 the PushT T spans about 18 px, so 16 px (≈13 cm at the table) is well beyond a frame's error."""
-    frame_dt: float = 1.0 / 60.0
-    """The physics frame the wrench acts over, s; damping is capped at m/frame_dt (I/frame_dt) so the
-    explicit damping force stays stable."""
+    """Optimise over a window of each image around the objects (their projections at the twin's pose, grown by
+    this many px; None: whole images): far pixels carry no gradient to them (docs/decisions.md)."""
+    planar_on_support: bool = True
+    """While an object rests on static geometry (the table), keep only the in-plane part of its wrench (force
+    along the surface, torque about its normal): the support already fixes the rest (docs/decisions.md)."""
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -113,6 +104,13 @@ class CorrectionResult:
     displacement: np.ndarray
     seconds: float
     stages: dict[str, float] = field(default_factory=dict)
+    saturated: bool = False
+    """Whether some object's force reached `max_force` (and was capped): the pull could not follow the images."""
+
+    @property
+    def residual(self) -> float:
+        """The photometric residual the desync detector watches (the loss at the start of the last step)."""
+        return self.loss_after
 
 
 def photometric_loss(rgb: Tensor, target: Tensor, kind: str, delta: float) -> Tensor:
@@ -128,9 +126,15 @@ def photometric_loss(rgb: Tensor, target: Tensor, kind: str, delta: float) -> Te
 class VisualCorrection:
     """Computes visual wrenches on a twin's objects from camera images (see the module docstring)."""
 
-    def __init__(self, views: TwinViews, model: mujoco.MjModel, config: CorrectionConfig = CorrectionConfig()) -> None:
+    def __init__(
+        self, views: TwinViews, model: mujoco.MjModel, config: CorrectionConfig = CorrectionConfig(), *, frame_dt: float
+    ) -> None:
         """`views` renders the twin into the real cameras (their told intrinsics and poses, at the image size
-        the cameras deliver); `model` is the twin's MuJoCo model."""
+        the cameras deliver); `model` is the twin's MuJoCo model; `frame_dt` s the physics frame a wrench acts
+        over (the twin's frame period): damping is capped at m/frame_dt (I/frame_dt) so the explicit damping
+        force stays stable."""
+        if not frame_dt > 0:
+            raise ValueError(f"frame_dt: must be > 0, got {frame_dt}")
         self.views, self.model, self.config = views, model, config
         self._kin = mujoco.MjData(model)
         mask = views.object_mask
@@ -145,10 +149,21 @@ class VisualCorrection:
         self._gain = (config.stiffness / total.clamp_min(1e-9))[self._slot] * opac  # (n,) N/m per Gaussian
         mass = model.body_mass[self.object_bodies][:, None]
         inertia = model.body_inertia[self.object_bodies].min(axis=1, keepdims=True)
-        lin = np.minimum(2 * config.damping_ratio * np.sqrt(config.stiffness * mass), mass / config.frame_dt)
-        rot = np.minimum(2 * config.damping_ratio * np.sqrt(config.rot_stiffness * inertia), inertia / config.frame_dt)
+        lin = np.minimum(2 * config.damping_ratio * np.sqrt(config.stiffness * mass), mass / frame_dt)
+        rot = np.minimum(2 * config.damping_ratio * np.sqrt(config.rot_stiffness * inertia), inertia / frame_dt)
         self._damping = np.concatenate([np.repeat(lin, 3, axis=1), np.repeat(rot, 3, axis=1)], axis=1)
         """(K,6) damping per body: N·s/m on linear and N·m·s/rad on angular velocity."""
+
+    def correct(self, twin: TwinPhysics, q_real: ArrayLike, images: Tensor) -> CorrectionResult:
+        """This frame's correction of `twin` (not applied): the robot placed at the real arm's measured joints
+        q_real (J,) rad (the cameras show the real arm, which lags the twin's), the real images (C,H,W,3)
+        uint8 or float in [0, 1], the objects' velocities for damping and, with `planar_on_support`, their
+        support from the twin's contacts."""
+        xpos, xquat, xipos = self.poses(twin.data.qpos, twin.layout.robot_qpos, q_real)
+        now = twin.state()
+        velocity = np.concatenate([now.object_linvel, now.object_angvel], axis=1)
+        support = support_normals(self.model, twin.data, self.object_bodies) if self.config.planar_on_support else None
+        return self(xpos, xquat, xipos, images, velocity, support)
 
     def poses(
         self, qpos: ArrayLike, robot_qpos: ArrayLike, q_real: ArrayLike
@@ -205,10 +220,11 @@ class VisualCorrection:
         if support is not None:
             wrenches = planar_wrenches(wrenches, support)
         norm = np.linalg.norm(wrenches[:, :3], axis=1, keepdims=True)
+        saturated = bool(np.any(norm >= 0.99 * cfg.max_force))  # at the cap, to rounding
         wrenches = wrenches * np.minimum(1.0, cfg.max_force / np.maximum(norm, 1e-12))
         seconds = time.perf_counter() - start
         stages["prepare"] = seconds - stages["forward"] - stages["backward"] - stages["optimiser"]
-        return CorrectionResult(wrenches, losses[0], losses[-1], moved, seconds, stages)
+        return CorrectionResult(wrenches, losses[0], losses[-1], moved, seconds, stages, saturated)
 
     def _optimise(
         self,
@@ -221,9 +237,7 @@ class VisualCorrection:
     ) -> list[float]:
         """`iterations` Adam steps on `groups`; `objects()` gives the objects' Gaussian arguments from the
         current parameters; the time spent is added to `stages`. Returns the photometric loss at the start
-        of each step (no extra render after
-        the last step: measured to cost a quarter of the correction's time for a signal only the desync
-        detector reads, and the loss before the last step serves it as well)."""
+        of each step (no extra render after the last step: docs/decisions.md)."""
         views, cfg = self.views, self.config
         optimiser = (
             torch.optim.Adam(groups, eps=cfg.adam_eps) if cfg.optimiser == "adam" else VectorAdam(groups, cfg.adam_eps)

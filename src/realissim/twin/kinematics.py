@@ -55,10 +55,11 @@ class PusherIK:
         mujoco.mj_kinematics(self.model, data)
         return data.site_xpos[self._site].copy()
 
-    def solve(self, tip_W: ArrayLike, seed: ArrayLike) -> np.ndarray:
+    def solve(self, tip_W: ArrayLike, seed: ArrayLike, strict: bool = True) -> np.ndarray:
         """Joints (J,) placing the tip centre at `tip_W` (3,) m with the rod vertical, starting at `seed`.
 
-        Raises IKError if the tip error stays above the tolerance.
+        Raises IKError if the tip error stays above the tolerance; with `strict=False` returns the closest
+        configuration found instead (within the joint limits).
         """
         target = np.asarray(tip_W, dtype=np.float64)
         self._conf.update(np.asarray(seed, dtype=np.float64))
@@ -73,6 +74,6 @@ class PusherIK:
                 break
             vel = mink.solve_ik(self._conf, tasks, 1.0, "daqp", damping=self.config.damping, limits=self._limits)
             self._conf.integrate_inplace(vel, 1.0)
-        if err >= self.config.tolerance:
+        if err >= self.config.tolerance and strict:
             raise IKError(f"tip target {target.round(4).tolist()} not reached: error {err * 1e3:.2f} mm")
         return self._conf.q.copy()

@@ -1,4 +1,7 @@
-"""The twin's physics: one MuJoCo simulation of a scene, stepped in 60 Hz frames.
+"""The twin's physics: one MuJoCo simulation of a scene, stepped in frames of 1/fps s.
+
+`PhysicsConfig.fps` (60 by default) is the one place the system's frame rate is set; the runtime passes it
+down to everything that needs the frame period.
 
 Per frame the caller may set the robot's desired joints q′ and a world-frame wrench on each object
 (the visual wrench, acting at the object's centre of mass for that frame only), then `step()` runs

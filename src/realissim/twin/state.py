@@ -12,6 +12,7 @@ import mujoco
 import numpy as np
 
 from realissim.geometry import quat_to_mat
+from realissim.spec.state import StartState
 
 
 @dataclass(frozen=True)
@@ -154,3 +155,25 @@ def write_state(layout: TwinLayout, state: TwinState, qpos: np.ndarray, qvel: np
     qvel[..., layout.robot_dof] = state.qd
     ctrl[..., layout.actuators] = state.q_des
     ctrl[..., layout.dampers] = state.qd_des
+
+
+def rest_state(start: StartState | list[StartState]) -> TwinState:
+    """The twin state of a start state (or of B of them, stacked on a leading axis): objects and arm at rest,
+    the servos holding the start joints, time 0."""
+    starts = [start] if isinstance(start, StartState) else list(start)
+    pos = np.stack([s.object_pos for s in starts])
+    quat = np.stack([s.object_quat for s in starts])
+    q = np.stack([s.q_array for s in starts])
+    batch = not isinstance(start, StartState)
+    pick = (lambda a: a) if batch else (lambda a: a[0])
+    return TwinState(
+        time=np.zeros(len(starts)) if batch else np.float64(0.0),
+        object_pos=pick(pos),
+        object_quat=pick(quat),
+        object_linvel=pick(np.zeros_like(pos)),
+        object_angvel=pick(np.zeros_like(pos)),
+        q=pick(q),
+        qd=pick(np.zeros_like(q)),
+        q_des=pick(q.copy()),
+        qd_des=pick(np.zeros_like(q)),
+    )

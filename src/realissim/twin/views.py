@@ -183,7 +183,11 @@ class TwinViews:
 
     def render(self, data: mujoco.MjData) -> tuple[Tensor, Tensor, Tensor]:
         """rgb (C,H,W,3), alpha (C,H,W), depth (C,H,W) m of the twin in `data` (body poses must be current)."""
-        g = self.moving(data.xpos, data.xquat)
+        return self.render_poses(data.xpos, data.xquat)
+
+    def render_poses(self, xpos: np.ndarray, xquat: np.ndarray) -> tuple[Tensor, Tensor, Tensor]:
+        """`render` for body poses xpos (nbody,3) m and xquat (nbody,4) wxyz instead of an MjData."""
+        g = self.moving(xpos, xquat)
         if self.static_layer is None:
             g = Gaussians(*(torch.cat([a, b]) for a, b in zip(g.args(), self.static.args())))
         with torch.no_grad():

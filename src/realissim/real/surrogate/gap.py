@@ -1,11 +1,11 @@
 """The reality gap: how the surrogate real world differs from the scene description the twin is given.
 
-A `GapProfile` is read from a JSON file (`load_gap`) with the project's strict codec: unknown keys,
-wrong types, NaN/inf and out-of-range values are errors (`SpecError`) naming the field, e.g.
-`arm.latency: must be ≥ 0, got -0.1`. Every key but a disturbance's "kind" is optional; a missing key
-takes the default below, so `{}` is the default profile (`default_gap.json` beside this module is that
-profile written out). An object entry naming no object of the scene is logged and ignored, so the
-default profile fits any scene.
+A `GapProfile` is read from a JSON file (`load_gap`) with the project's strict JSON reader
+(`realissim.spec.io`, as scenes are): unknown keys, wrong types, NaN/inf and out-of-range values are
+errors (`SpecError`) naming the field, e.g. `arm.latency: must be ≥ 0, got -0.1`. Every key but a
+disturbance's "kind" is optional; a missing key takes the default below, so `{}` is the default profile
+(`default_gap.json` beside this module is that profile written out). An object entry naming no object
+of the scene is logged and ignored, so the default profile fits any scene.
 
 Format (SI units: m, kg, s, rad; px for image coordinates; intensities on the 0–255 scale)::
 
@@ -40,7 +40,6 @@ The arm's encoders read q_true + joint_offset; its controller drives the encoder
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +47,7 @@ from typing import Any, Literal
 from realissim.assets.pusht import TBlock
 from realissim.spec.codec import from_dict, to_dict
 from realissim.spec.errors import SpecError
+from realissim.spec.io import from_json, load_json, save_json, to_json
 
 Vec2 = tuple[float, float]
 Vec3 = tuple[float, float, float]
@@ -212,7 +212,8 @@ class Disturbance:
     kind: DisturbanceKind
     """What happens."""
     at: float = 0.0
-    """Time it starts, s (world time; it takes effect at the first frame at or after it)."""
+    """Time it starts, s (world time; it takes effect at the first frame at or after it). World time restarts
+    at every reset, so a profile's scheduled disturbances recur in every episode; live ones are cleared."""
     duration: float = 0.0
     """How long it lasts, s (at least one frame; ignored for move_object)."""
     camera: str | None = None
@@ -290,10 +291,6 @@ def _lookup(entries: tuple[Any, ...], name: str, fallback: Any) -> Any:
     return by_name.get(name, by_name.get(WILDCARD, fallback))
 
 
-def _reject_constant(token: str) -> float:
-    raise SpecError("", f"JSON constant {token} is not allowed (values must be finite)")
-
-
 def gap_from_dict(data: Any) -> GapProfile:
     """Validate a JSON-like dict and build the profile; raises `SpecError` naming the bad field."""
     return from_dict(GapProfile, data)
@@ -304,36 +301,21 @@ def gap_to_dict(gap: GapProfile) -> dict[str, Any]:
     return to_dict(gap)
 
 
-def gap_from_json(text: str) -> GapProfile:
-    """Parse JSON text into a validated profile; any problem is a `SpecError`."""
-    try:
-        data = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as err:
-        raise SpecError("", f"invalid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
-    return gap_from_dict(data)
+def gap_from_json(text: str | bytes) -> GapProfile:
+    """Parse JSON text into a validated profile; any problem is a `SpecError` naming the field."""
+    return from_json(GapProfile, text)
 
 
 def gap_to_json(gap: GapProfile) -> str:
     """Indented JSON text that reads back to an equal profile (floats round-trip exactly)."""
-    return json.dumps(gap_to_dict(gap), indent=2, allow_nan=False) + "\n"
+    return to_json(gap)
 
 
 def load_gap(path: str | Path) -> GapProfile:
     """Read and validate a gap profile JSON file; errors name the file and the field."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecError("", f"cannot read gap profile {path}: {err}") from None
-    try:
-        return gap_from_json(text)
-    except SpecError as err:
-        raise SpecError(err.field, f"{err.reason} (in {path})") from None
+    return load_json(GapProfile, path, what="gap profile")
 
 
 def save_gap(gap: GapProfile, path: str | Path) -> None:
     """Write the profile as JSON, atomically (a temporary file renamed over the target)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(gap_to_json(gap), encoding="utf-8")
-    tmp.replace(path)
+    save_json(gap, path)

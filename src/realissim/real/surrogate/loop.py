@@ -33,10 +33,22 @@ class _Publisher:
         return time.monotonic() if self.realtime else float(self.world.time)
 
     def apply_command(self) -> None:
+        """Send the world the latest command, if one came since the last (the parent's count only grows)."""
         cmd = self.segment.blocks["command"].read()
         if int(cmd["count"]) > self.last_command:
             self.last_command = int(cmd["count"])
             self.world.command(cmd["q"])
+
+    def reset(self, to: Any) -> None:
+        """Start the world over at start state `to` and publish its frame 0.
+
+        A command written before the reset but not yet applied (lock-step: sent after the last step) was
+        meant for the old episode: it is marked consumed, so the arm holds `to.q` until the next command.
+        Camera indices keep counting up, so readers see the new images as new frames."""
+        self.world.reset(to)
+        self.last_command = int(self.segment.blocks["command"].read()["count"])
+        self.frame = 0
+        self.publish()
 
     def publish(self) -> None:
         blocks, now = self.segment.blocks, self.stamp()
@@ -76,7 +88,7 @@ def run_child(scene: SceneSpec, cfg: dict, segment: SharedSegment, conn: Any, si
 
     try:
         gap = load_gap(cfg["gap"]) if cfg["gap"] else GapProfile()
-        world = SurrogateWorld(scene, gap, seed=cfg["seed"], camera_size=size, render=cfg["render"])
+        world = SurrogateWorld(scene, gap, seed=cfg["seed"], camera_size=size, render=cfg["render"], fps=cfg["fps"])
         publisher = _Publisher(world, segment, cfg["mode"] == "realtime")
         publisher.publish()
         conn.send(("ready", None))
@@ -103,9 +115,7 @@ def _handle(publisher: _Publisher, conn: Any, kind: str, payload: Any) -> bool:
         publisher.world.disturb(payload)
         conn.send(("ok", None))
     elif kind == "reset":
-        publisher.world.reset(payload)
-        publisher.frame = 0
-        publisher.publish()
+        publisher.reset(payload)
         conn.send(("reset", float(publisher.world.time)))
     elif kind == "step":
         for _ in range(int(payload)):

@@ -1,4 +1,4 @@
-"""The surrogate real world's MuJoCo model, its cameras and its arm controller (DESIGN.md §4).
+"""The surrogate real world's MuJoCo model, its cameras and its arm controller (docs/design.md §4).
 
 The model starts from the twin's (`realissim.assets.mjcf.scene_to_mjcf`, so kinematics, inertias and
 collision classes agree) and then takes on the reality gap: objects get their true mass, centre of
@@ -247,8 +247,8 @@ def _add_camera(world: ET.Element, cam: CameraSpec) -> None:
 def surrogate_mjcf(scene: SceneSpec, gap: GapProfile, cameras: tuple[CameraSpec, ...]) -> str:
     """MJCF XML of the real world: the scene under `gap`, rendered through `cameras` (the true ones).
 
-    Physics timestep = the arm's control period. Keyframe "home": the arm where its controller, commanded
-    `robot.home`, holds it (true q = home − joint_offset), objects at their poses, motors off.
+    Physics timestep = the arm's control period. Keyframe "home": the scene's own start state as
+    `SurrogateWorld.reset` sets it (true joints at `robot.home`, objects at their poses), motors off.
     Raises `SpecError` naming the field if the profile does not fit the scene.
     """
     for og in gap.objects:
@@ -272,7 +272,7 @@ def surrogate_mjcf(scene: SceneSpec, gap: GapProfile, cameras: tuple[CameraSpec,
         _add_camera(world, cam)
     key = root.find(f"keyframe/key[@name='{KEYFRAME_HOME}']")
     assert key is not None
-    qpos = list(np.asarray(scene.robot.home) - np.asarray(gap.arm.joint_offset))
+    qpos = list(scene.robot.home)
     for obj in scene.objects:
         qpos += [*obj.pose.pos, *obj.pose.quat]
     key.set("qpos", " ".join(repr(float(v)) for v in qpos))

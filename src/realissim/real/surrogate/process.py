@@ -3,7 +3,7 @@
 `Surrogate` starts the world (`realissim.real.surrogate.world.SurrogateWorld`) in a child process
 (multiprocessing "spawn"), exchanges joint states, commands, frames and ground truth through one
 shared-memory segment (`realissim.real.shm`, seqlocked blocks, no per-frame pickling), and sends only
-small control messages (step, disturb, close) over a pipe. Two clocks, same handles:
+small control messages (step, reset, disturb, close) over a pipe. Two clocks, same handles:
 
 * lock-step: `surrogate.step()` advances the world by exactly one frame and returns when it is
   published; timestamps are the world's simulated time; deterministic for a seed.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import multiprocessing as mp
 import os
 import time
@@ -49,6 +50,7 @@ from realissim.real.shm import ArraySpec, BlockSpec, SharedSegment, ShmLayout
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
+from realissim.twin.physics import PhysicsConfig
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,8 @@ class SurrogateConfig:
     """Seed of everything random in the world (noise, disturbances)."""
     mode: Literal["lockstep", "realtime"] = "lockstep"
     """Lock-step (caller advances frames) or real-time (wall clock)."""
+    fps: float = PhysicsConfig().fps
+    """Camera frame rate, Hz: one lock-step `step()` is 1/fps s (default: the twin's, so frames pair up)."""
     camera_size: tuple[int, int] | None = None
     """Render every camera at (width, height) px instead of the scene's size."""
     render: bool = True
@@ -86,6 +90,10 @@ class SurrogateConfig:
     accept no news before they check the child."""
     stall_frames: int = 30
     """A camera whose frame index has not advanced for this many frames is reported stalled."""
+
+    def __post_init__(self) -> None:
+        if not (self.fps > 0 and math.isfinite(self.fps)):
+            raise ValueError(f"fps: must be a positive number of frames per second, got {self.fps}")
 
 
 def _layout(n_cams: int, width: int, height: int, n_objects: int, dof: int) -> ShmLayout:
@@ -201,9 +209,15 @@ class Surrogate(RealWorld):
         return float(self._expect("stepped", self.config.timeout * frames))
 
     def reset(self, to: StartState) -> None:
-        """Put the world in start state `to` inside its process (no respawn): objects at rest at their poses,
-        the arm at rest at `to.q`, time 0, live disturbances cleared; returns once the new state and camera
-        frames are published. Raises `SpecError` if `to` does not fit the scene."""
+        """Start an episode over at `to` inside the running process (no respawn); returns once the new state and
+        camera frames are published.
+
+        Lock-step: the oracle then reads exactly `to` at time 0 and the robot `to.q` + the gap's encoder
+        offset; real time: the world runs on from there at once. Commands sent before the reset are
+        dropped (the arm holds `to.q` until the next `robot.command`); live disturbances are cleared; the
+        gap profile's scheduled disturbances count from the reset, so they recur in every episode (see
+        `SurrogateWorld.reset`). Camera frame indices keep counting up; stamps restart with the clock.
+        Raises `SpecError` naming the field, before anything is sent, if `to` does not fit the scene."""
         to.check(self.scene)
         self._send(("reset", to))
         self._expect("reset", self.config.timeout)
@@ -325,7 +339,7 @@ class SurrogateCamera(Camera):
         now = self._owner.clock.now()
         if frame.index != self._last_index:
             self._last_index, self._last_change = frame.index, now
-        elif now - self._last_change > self._owner.config.stall_frames / 60.0:
+        elif now - self._last_change > self._owner.config.stall_frames / self._owner.config.fps:
             raise CameraStalledError(f"camera {self.name!r}: no new frame since t = {self._last_change:.3f} s")
         return frame
 

@@ -1,10 +1,12 @@
 """The surrogate real world, in-process: hidden physics, a 1 kHz arm controller, noisy cameras, disturbances.
 
-`SurrogateWorld` is what the Robot and Camera adapters of the surrogate process wrap (DESIGN.md §4).
-Per 60 Hz frame the caller sends joint commands (`command`), advances (`step_frame`), reads the
-encoders (`joint_state`) and the cameras (`render_cameras`). `oracle()` returns ground truth for
-evaluation only. Everything is deterministic for a seed: physics is single-threaded MuJoCo, and the
-camera noise of frame k, camera c depends only on (seed, k, c) (see `NoiseBank`).
+`SurrogateWorld` is what the Robot and Camera adapters of the surrogate process wrap (docs/design.md §4).
+Per camera frame (`fps`, by default the twin's frame rate) the caller sends joint commands (`command`),
+advances (`step_frame`), reads the encoders (`joint_state`) and the cameras (`render_cameras`);
+`reset(to)` starts an episode over in place. `oracle()` returns ground truth for evaluation only.
+Everything is deterministic for a seed: physics is single-threaded MuJoCo, and the camera noise of frame
+k, camera c depends only on (seed, k, c) (see `NoiseBank`), so a world reset to a state renders and
+moves exactly as a new world reset to it.
 
 Images come from MuJoCo's OpenGL renderer, offscreen. The GL context is created here, not by
 `mujoco.Renderer`: MuJoCo picks its platform from MUJOCO_GL once, when `mujoco` is first imported,
@@ -46,6 +48,7 @@ from realissim.real.surrogate.model import (
 from realissim.spec.errors import SpecError
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
+from realissim.twin.physics import PhysicsConfig
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +160,7 @@ class SurrogateWorld:
         seed: int = 0,
         camera_size: tuple[int, int] | None = None,
         render: bool = True,
-        fps: float = 60.0,
+        fps: float = PhysicsConfig().fps,
     ) -> None:
         if not (fps > 0 and math.isfinite(fps)):
             raise ValueError(f"fps must be > 0, got {fps}")
@@ -191,9 +194,17 @@ class SurrogateWorld:
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def reset(self, to: StartState | None = None) -> None:
-        """Back to a start state (default: the scene's own), everything at rest, the arm's controller holding
-        the start joints; keeps the profile's schedule (its times count from the reset) and forgets live
-        disturbances and camera history. Raises `SpecError` if `to` does not fit the scene."""
+        """Start an episode over in place at `to` (default: the scene's own state): objects at rest at their poses
+        (quaternions normalised), the arm at rest with its true joints at `to.q` (so the encoders read
+        `to.q` + the gap's `joint_offset`) and its controller holding there, time and frame 0.
+
+        Commands sent before the reset, also those still in the controller's latency FIFO, are dropped; live
+        disturbances (`disturb`) are cleared, so nothing injected in one episode reaches the next; camera
+        history (delayed, dropped, frozen frames) is forgotten. The profile's scheduled disturbances count
+        from the reset: they recur at the same times in every episode. Nothing else carries over, so a
+        reset world steps and renders exactly as a new world reset to `to`. Raises `SpecError` if `to`
+        does not fit the scene (`StartState.check`); the world is then unchanged.
+        """
         to = StartState.of_scene(self.scene) if to is None else to
         to.check(self.scene)
         mujoco.mj_resetDataKeyframe(self.model, self.data, self._home)

@@ -1,0 +1,188 @@
+"""`Env`: one twin driven by chunks, online (Runtime with follower and correction over a RealWorld) or offline
+(the twin alone) — the same code path, the switches decide.
+
+`reset(start)` puts the twin (and, online, the world) in a start state and returns the first observation;
+`step(chunk)` follows the chunk frame by frame (targets interpolated at the frame rate) until it is used up
+or the re-plan period has passed, then returns the next observation. On a real-time world the loop keeps
+pace with the wall clock: when it falls behind it runs the missing frames without correction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from realissim.policy.base import ActionChunk, Observation
+from realissim.real.interfaces import RealWorld
+from realissim.runtime.loop import FrameReport, Runtime, RuntimeConfig
+from realissim.spec.state import StartState
+from realissim.twin.state import TwinState
+
+if TYPE_CHECKING:
+    from realissim.tasks import Task
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """How an environment runs and what it observes."""
+
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    """The frame loop (physics, correction, follower); both switches are off without a world (offline)."""
+    cameras: tuple[str, ...] = ()
+    """Virtual cameras rendered from the twin into each observation: scene camera names and/or "wrist"."""
+    image_size: tuple[int, int] = (96, 96)
+    """Virtual camera image size, px (width, height)."""
+    real_images: bool = False
+    """Online: put the real cameras' latest frames into each observation."""
+    replan_every: float | None = None
+    """Ask the policy for a new chunk after this many seconds (None: when the chunk is used up, as the paper)."""
+    calibrate: Literal["first_reset", "every_reset", "never"] = "first_reset"
+    """Online: when to fit the twin's appearance to the cameras (it needs twin and world in the same state)."""
+
+    def __post_init__(self) -> None:
+        if self.replan_every is not None and not self.replan_every > 0:
+            raise ValueError(f"replan_every: must be > 0 s or None, got {self.replan_every}")
+        if min(self.image_size) < 16:
+            raise ValueError(f"image_size: must be at least 16×16 px, got {self.image_size}")
+
+
+@dataclass(frozen=True)
+class FrameInfo:
+    """One frame, for observers (a batch: leading axis B). `report` is the Runtime's (None for a batch)."""
+
+    env: object
+    """The environment (Env or BatchEnv) that ran the frame."""
+    frame: int
+    """Frames since the reset, this one included."""
+    time: np.ndarray
+    """() or (B,) twin time after the frame, s."""
+    state: TwinState
+    target: np.ndarray
+    """([B,] J) the desired joints commanded this frame, rad."""
+    progress: np.ndarray
+    """() or (B,) the policy's progress at this frame (interpolated between its waypoints)."""
+    report: FrameReport | None = None
+
+
+FrameObserver = Callable[[FrameInfo], None]
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What one `step` did: frames run, twin time after them (s), per-frame progress, desync at the end."""
+
+    frames: int
+    time: float | np.ndarray
+    progress: np.ndarray
+    desynced: bool | np.ndarray = False
+
+
+def frames_for(chunk: ActionChunk, dt: float, replan_every: float | None, max_frames: int | None = None) -> int:
+    """Frames of `dt` s to follow `chunk` for: its horizon, or the re-plan period if shorter, or `max_frames` if
+    fewer (at least 1)."""
+    span = chunk.horizon if replan_every is None else min(chunk.horizon, replan_every)
+    n = max(1, round(span / dt))
+    return n if max_frames is None else max(1, min(n, max_frames))
+
+
+class Env:
+    """One twin of `task`'s scene; online when given a started `RealWorld`, offline otherwise."""
+
+    def __init__(self, task: Task, config: EnvConfig = EnvConfig(), world: RealWorld | None = None) -> None:
+        self.task, self.config, self.world = task, config, world
+        runtime = config.runtime if world is not None else replace(config.runtime, follow=False, correct=False)
+        if config.real_images and world is None:
+            raise ValueError("real_images: an offline environment has no real cameras")
+        self.runtime = Runtime(task.scene, runtime, world)
+        self.cameras = None
+        if config.cameras:
+            from realissim.twin.virtual import VirtualCameras
+
+            self.cameras = VirtualCameras(task.scene, self.runtime.twin.model, config.cameras, config.image_size)
+        self._calibrated = False
+        self.start: StartState | None = None
+        self._rng = np.random.default_rng()
+        self._command = np.asarray(task.scene.robot.home, dtype=np.float64)
+        self._frame = 0
+        self._wall0 = 0.0
+        self._last: FrameReport | None = None
+
+    @property
+    def online(self) -> bool:
+        return self.world is not None
+
+    @property
+    def dt(self) -> float:
+        """The frame period, s (the physics config's)."""
+        return self.runtime.dt
+
+    def reset(self, start: StartState | None = None, seed: int | None = None) -> Observation:
+        """To `start` (None: a start drawn from the task's sampler, seeded by `seed` if given); online, calibrate
+        as configured. Returns the first observation."""
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        start = self.task.sample_start(self._rng) if start is None else start
+        self.runtime.reset(start)
+        when = self.config.calibrate
+        if self.online and (when == "every_reset" or (when == "first_reset" and not self._calibrated)):
+            self.runtime.calibrate()
+            self._calibrated = True
+        self.start = start
+        """The start state of the current episode."""
+        self._command = start.q_array.copy()
+        self._frame, self._last = 0, None
+        self._wall0 = time.monotonic()
+        return self.observe()
+
+    def step(
+        self, chunk: ActionChunk, observer: FrameObserver | None = None, max_frames: int | None = None
+    ) -> tuple[Observation, StepInfo]:
+        """Follow `chunk` ((m, J) waypoints) for its horizon or the re-plan period (at most `max_frames`);
+        `observer` sees every frame."""
+        if chunk.q_des.ndim != 2:
+            raise ValueError(f"Env.step: expected a chunk of one environment (m, J), got {chunk.q_des.shape}")
+        n = frames_for(chunk, self.dt, self.config.replan_every, max_frames)
+        targets, progress = chunk.targets(self._command, self.dt, n)
+        realtime = self.world is not None and not self.world.lockstep
+        k = 0
+        while k < n:
+            due = self._due(n - k) if realtime else 1
+            for j in range(due):
+                report = self.runtime.frame(targets[k + j], correct=j == 0)
+                self._frame += 1
+                self._last = report
+                if observer is not None:
+                    observer(
+                        FrameInfo(self, self._frame, report.state.time, report.state, targets[k + j],
+                                  progress[k + j], report)
+                    )  # fmt: skip
+            k += due
+        self._command = targets[-1]
+        info = StepInfo(n, float(self.runtime.twin.data.time), progress, self.runtime.desynced)
+        return self.observe(), info
+
+    def _due(self, left: int) -> int:
+        """Real time: wait if ahead of the wall clock; else how many frames are due now (≥ 1, ≤ left)."""
+        ahead = self._frame * self.dt - (time.monotonic() - self._wall0)
+        if ahead > 0:
+            time.sleep(ahead)
+        return max(1, min(left, int((time.monotonic() - self._wall0) / self.dt) + 1 - self._frame))
+
+    def observe(self) -> Observation:
+        """The current observation (virtual images rendered now; real images from this frame's reading)."""
+        s = self.runtime.twin.state()
+        images = {}
+        if self.cameras is not None:
+            data = self.runtime.twin.data
+            images = self.cameras.render(data.xpos, data.xquat)
+        real = {}
+        if self.config.real_images and self.world is not None:
+            frames = self._last.images if self._last is not None and self._last.images is not None else None
+            if frames is None:
+                frames = np.stack([cam.read().image for cam in self.world.cameras])
+            real = {cam.name: frames[c] for c, cam in enumerate(self.world.cameras)}
+        return Observation(s.time, s.q, s.qd, s.q_des, s.object_pos, s.object_quat, images, real)

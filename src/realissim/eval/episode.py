@@ -1,0 +1,210 @@
+"""`run_episode`: the one driver of episodes — demos, sync scenarios, collection and evaluation all use it.
+
+An episode: reset the environment to a start, then ask the policy for a chunk, let the environment follow
+it, and repeat until `max_seconds` of simulated time (or, with `stop_on_success`, until the task is
+solved). The task is judged on ground truth every `judge_every` s: online on the world's oracle, offline on
+the twin's own state (the twin is the world there). Observers see the reset, every frame, and the result.
+The policy sees only observations; nothing here passes it the oracle.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm import tqdm
+
+from realissim.envs.batch import BatchEnv
+from realissim.envs.env import Env, FrameInfo
+from realissim.policy.base import Observation, Policy
+from realissim.spec.state import StartState
+
+
+class EpisodeObserver:
+    """Hooks into an episode; override what you need (each default does nothing)."""
+
+    def on_reset(self, env: Env | BatchEnv, observation: Observation) -> None:
+        """After the reset, before the first chunk (e.g. schedule disturbances in the world)."""
+
+    def on_frame(self, frame: FrameInfo) -> None:
+        """After every frame."""
+
+    def on_end(self, result: EpisodeResult | list[EpisodeResult]) -> None:
+        """Once, with the episode's result (a list for a batch)."""
+
+
+@dataclass
+class EpisodeResult:
+    """One episode: success (the task's success reached at some judged frame, on ground truth), when, the
+    coverage over time, the final metrics, the policy's self-reported progress over time, durations."""
+
+    start: StartState
+    success: bool = False
+    success_time: float = math.inf
+    """Simulated s at the first judged success (inf: never)."""
+    times: list[float] = field(default_factory=list)
+    """Judged times, s."""
+    coverage: list[float] = field(default_factory=list)
+    """The task's coverage at each judged time."""
+    progress: list[float] = field(default_factory=list)
+    """The policy's progress at every frame."""
+    final: dict[str, float | bool] = field(default_factory=dict)
+    """The task's metrics at the end (TaskMetrics.as_dict)."""
+    duration: float = 0.0
+    """Simulated s."""
+    frames: int = 0
+    policy_calls: int = 0
+    wall_s: float = 0.0
+
+    def summary(self) -> dict[str, float | bool | int]:
+        """Scalars: success, success time, final metrics, duration, frames, wall time, final progress."""
+        return {
+            "success": self.success,
+            "success_time": self.success_time,
+            **{f"final_{k}": v for k, v in self.final.items()},
+            "final_progress": self.progress[-1] if self.progress else 0.0,
+            "duration": self.duration,
+            "frames": self.frames,
+            "policy_calls": self.policy_calls,
+            "wall_s": self.wall_s,
+        }
+
+
+def _truth(env: Env | BatchEnv) -> tuple[np.ndarray, np.ndarray]:
+    """Object poses to judge on, ([B,] K, 3) and ([B,] K, 4): the oracle's online (evaluation only), else the
+    twin's."""
+    world = getattr(env, "world", None)
+    if world is not None and world.oracle is not None:
+        truth = world.oracle.read()
+        return truth.object_pos, truth.object_quat
+    s = env.runtime.twin.state() if isinstance(env, Env) else env.twins.state()
+    return s.object_pos, s.object_quat
+
+
+class _Judge:
+    """Evaluates the task on ground truth every `every` frames (and on demand) for one or B episodes."""
+
+    def __init__(self, env: Env | BatchEnv, results: list[EpisodeResult], every: int) -> None:
+        self.env, self.results, self.every = env, results, every
+
+    def __call__(self, frame: FrameInfo) -> None:
+        progress = np.atleast_1d(frame.progress)
+        for r, p in zip(self.results, progress):
+            r.progress.append(float(p))
+        if frame.frame % self.every == 0:
+            self.judge(float(np.max(frame.time)))
+
+    def judge(self, t: float) -> None:
+        if self.results[0].times and self.results[0].times[-1] == t:
+            return  # judged at this time already
+        pos, quat = _truth(self.env)
+        batched = isinstance(self.env, BatchEnv)
+        for b, r in enumerate(self.results):
+            metrics = self.env.task.evaluate(pos[b] if batched else pos, quat[b] if batched else quat)
+            r.times.append(t)
+            r.coverage.append(float(metrics.coverage))
+            r.final = metrics.as_dict()
+            if metrics.success and not r.success:
+                r.success, r.success_time = True, t
+
+
+def _episodes(
+    env: Env | BatchEnv,
+    policy: Policy,
+    starts: list[StartState] | None,
+    max_seconds: float,
+    observers: Sequence[EpisodeObserver],
+    stop_on_success: bool,
+    judge_every: float,
+    seed: int | None,
+) -> list[EpisodeResult]:
+    if not (max_seconds > 0 and math.isfinite(max_seconds)):
+        raise ValueError(f"max_seconds: must be a positive number, got {max_seconds}")
+    wall0 = time.perf_counter()
+    batch = isinstance(env, BatchEnv)
+    policy.reset()
+    observation = env.reset(starts if batch else (starts[0] if starts else None), seed=seed)
+    starts = env.starts if isinstance(env, BatchEnv) else [env.start]
+    results = [EpisodeResult(start=s) for s in starts]
+    for observer in observers:
+        observer.on_reset(env, observation)
+    judge = _Judge(env, results, max(1, round(judge_every / env.dt)))
+
+    def on_frame(frame: FrameInfo) -> None:
+        judge(frame)
+        for observer in observers:
+            observer.on_frame(frame)
+
+    frames, calls = 0, 0
+    limit = round(max_seconds / env.dt)
+    while frames < limit:
+        chunk = policy.act(observation)
+        calls += 1
+        observation, info = env.step(chunk, on_frame, limit - frames)
+        frames += info.frames
+        if stop_on_success and all(r.success for r in results):
+            break
+    judge.judge(float(np.max(observation.time)))
+    wall = time.perf_counter() - wall0
+    for r in results:
+        r.frames, r.duration, r.policy_calls, r.wall_s = frames, frames * env.dt, calls, wall
+    for observer in observers:
+        observer.on_end(results if batch else results[0])
+    return results
+
+
+def run_episode(
+    env: Env,
+    policy: Policy,
+    start: StartState | None = None,
+    max_seconds: float = 60.0,
+    observers: Sequence[EpisodeObserver] = (),
+    stop_on_success: bool = True,
+    judge_every: float = 0.1,
+    seed: int | None = None,
+) -> EpisodeResult:
+    """One episode of `policy` in `env` from `start` (None: drawn from the task's sampler with `seed`), for
+    at most `max_seconds` simulated s; success judged on ground truth every `judge_every` s (the episode ends
+    at the end of the chunk in which it succeeded, with `stop_on_success`)."""
+    return _episodes(env, policy, [start] if start else None, max_seconds, observers, stop_on_success,
+                     judge_every, seed)[0]  # fmt: skip
+
+
+def run_episodes(
+    env: BatchEnv,
+    policy: Policy,
+    starts: Sequence[StartState] | None = None,
+    max_seconds: float = 60.0,
+    observers: Sequence[EpisodeObserver] = (),
+    stop_on_success: bool = True,
+    judge_every: float = 0.1,
+    seed: int | None = None,
+) -> list[EpisodeResult]:
+    """B episodes at once in a `BatchEnv` (`policy` takes and returns batches, e.g. `PerEnvPolicies`); they
+    run until all have succeeded (with `stop_on_success`) or for `max_seconds`. Twins that succeed early keep
+    running (their success time and metrics at success are kept; `final` is at the end)."""
+    return _episodes(env, policy, list(starts) if starts is not None else None, max_seconds, observers,
+                     stop_on_success, judge_every, seed)  # fmt: skip
+
+
+class ProgressBar(EpisodeObserver):
+    """An observer showing a progress bar over the episode's simulated time."""
+
+    def __init__(self, max_seconds: float, label: str = "episode", enabled: bool = True) -> None:
+        self.max_seconds, self.label, self.enabled = max_seconds, label, enabled
+        self._bar: tqdm | None = None
+
+    def on_reset(self, env: Env | BatchEnv, observation: Observation) -> None:
+        total = round(self.max_seconds / env.dt)
+        self._bar = tqdm(total=total, desc=self.label, unit="frame", disable=not self.enabled)
+
+    def on_frame(self, frame: FrameInfo) -> None:
+        assert self._bar is not None
+        self._bar.update(1)
+
+    def on_end(self, result: EpisodeResult | list[EpisodeResult]) -> None:
+        if self._bar is not None:
+            self._bar.close()

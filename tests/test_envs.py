@@ -1,0 +1,158 @@
+"""Environments, the policy seam and `run_episode`: offline and online through one code path, a batch equal to
+its single environments, chunks followed as specified."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from realissim.envs import BatchEnv, Env, EnvConfig
+from realissim.eval.episode import EpisodeObserver, run_episode, run_episodes
+from realissim.expert.scripted import ScriptedPush
+from realissim.policy import ActionChunk, Observation, PerEnvPolicies, Policy
+from realissim.real.surrogate import Surrogate, SurrogateConfig
+from realissim.runtime import RuntimeConfig
+from realissim.spec.state import StartState
+from realissim.tasks import Task, make
+from realissim.twin.state import TwinState
+
+
+@pytest.fixture(scope="module")
+def task() -> Task:
+    return make("pusht")
+
+
+def sampled(task: Task, n: int, seed: int) -> list[StartState]:
+    rng = np.random.default_rng(seed)
+    return [task.sample_start(rng) for _ in range(n)]
+
+
+def assert_states_equal(a: TwinState, b: TwinState) -> None:
+    for name in TwinState.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+class Recorder(EpisodeObserver):
+    """Keeps every frame's twin state."""
+
+    def __init__(self) -> None:
+        self.states: list[TwinState] = []
+
+    def on_frame(self, frame) -> None:  # type: ignore[no-untyped-def]
+        self.states.append(frame.state)
+
+
+def test_chunk_targets_reach_each_waypoint_when_due_and_hold_after() -> None:
+    rng = np.random.default_rng(0)
+    q0, waypoints = rng.normal(size=7), rng.normal(size=(32, 7))
+    chunk = ActionChunk(waypoints, np.linspace(0.1, 0.5, 32), horizon=1.0)
+    dt = 1 / 64  # two frames per waypoint
+    q, progress = chunk.targets(q0, dt, 70)
+    np.testing.assert_allclose(q[1::2][:32], waypoints, atol=1e-12)  # waypoint i at (i + 1) H / m
+    np.testing.assert_allclose(q[0], 0.5 * (q0 + waypoints[0]), atol=1e-12)  # halfway to the first
+    np.testing.assert_array_equal(q[64:], np.repeat(waypoints[-1:], 6, axis=0))  # held beyond the horizon
+    assert progress[1] == pytest.approx(0.1) and progress[-1] == pytest.approx(0.5)
+    batched = ActionChunk(np.stack([waypoints, waypoints + 1]), np.stack([chunk.progress] * 2), 1.0)
+    qb, _ = batched.targets(np.stack([q0, q0 + 1]), dt, 70)
+    np.testing.assert_array_equal(qb[:, 0], q)  # a batch row is the single computation, bit for bit
+
+
+def test_chunks_are_validated() -> None:
+    with pytest.raises(ValueError, match="finite"):
+        ActionChunk(np.full((4, 7), np.nan), np.zeros(4))
+    with pytest.raises(ValueError, match=r"shape|must be"):
+        ActionChunk(np.zeros((4, 7)), np.zeros(3))
+    with pytest.raises(ValueError, match="horizon"):
+        ActionChunk(np.zeros((4, 7)), np.zeros(4), horizon=0.0)
+
+
+def test_reset_puts_the_twin_at_the_start_and_observes_it(task: Task) -> None:
+    start = sampled(task, 1, seed=3)[0]
+    env = Env(task)
+    obs = env.reset(start)
+    np.testing.assert_array_equal(obs.object_pos, start.object_pos)
+    np.testing.assert_allclose(obs.object_quat, start.object_quat, atol=1e-15)
+    np.testing.assert_array_equal(obs.q, start.q_array)
+    assert float(obs.time) == 0.0 and not obs.images and not obs.real_images
+    assert not env.online and not env.runtime.config.follow and not env.runtime.config.correct
+
+
+def test_scripted_push_moves_the_t_towards_its_goal(task: Task) -> None:
+    env = Env(task)
+    start = StartState.of_scene(task.scene)
+    result = run_episode(env, ScriptedPush(task.scene), start, max_seconds=6.0, stop_on_success=False)
+    goal = np.asarray(task.scene.goals[0].pose.pos[:2])
+    assert np.linalg.norm(start.object_pos[0, :2] - goal) > 0.1
+    assert result.final["pos_err"] < 0.02  # pushed onto the goal's position (not its yaw: a straight push)
+    assert result.frames == 360 and result.duration == pytest.approx(6.0) and result.policy_calls == 6
+    assert result.progress[-1] == 1.0 and len(result.progress) == 360
+    assert result.times[-1] == pytest.approx(6.0) and len(result.coverage) == len(result.times)
+
+
+def test_episode_stops_at_the_end_of_the_chunk_that_succeeds(task: Task) -> None:
+    goal = task.scene.goals[0].pose
+    at_goal = StartState((goal,), tuple(task.scene.robot.home))
+    result = run_episode(Env(task), ScriptedPush(task.scene), at_goal, max_seconds=10.0)
+    assert result.success and result.success_time == pytest.approx(0.1)
+    assert result.frames == 60 and result.policy_calls == 1
+
+
+def test_replan_period_asks_for_chunks_more_often(task: Task) -> None:
+    calls = []
+
+    class Counting(ScriptedPush):
+        def act(self, observation: Observation) -> ActionChunk:
+            calls.append(float(observation.time))
+            return super().act(observation)
+
+    env = Env(task, EnvConfig(replan_every=0.25))
+    result = run_episode(env, Counting(task.scene), StartState.of_scene(task.scene), 2.0, stop_on_success=False)
+    assert result.policy_calls == 8
+    np.testing.assert_allclose(calls, np.arange(8) * 0.25, atol=1e-9)
+    assert isinstance(Counting(task.scene), Policy)
+
+
+def test_batch_env_equals_single_envs_bit_for_bit(task: Task) -> None:
+    starts = sampled(task, 3, seed=11)
+    batch = BatchEnv(task, 3, nthread=2)
+    recorder = Recorder()
+    policies = PerEnvPolicies([ScriptedPush(task.scene) for _ in starts])
+    batched = run_episodes(batch, policies, starts, max_seconds=5.0, observers=[recorder], stop_on_success=False)
+    for b, start in enumerate(starts):
+        env = Env(task)
+        single_recorder = Recorder()
+        single = run_episode(env, ScriptedPush(task.scene), start, 5.0, [single_recorder], stop_on_success=False)
+        assert len(single_recorder.states) == len(recorder.states) == 300
+        for k in (0, 150, 299):
+            for name in ("object_pos", "object_quat", "q", "q_des"):
+                np.testing.assert_array_equal(
+                    getattr(recorder.states[k], name)[b], getattr(single_recorder.states[k], name)
+                )
+        assert single.coverage == batched[b].coverage and single.progress == batched[b].progress
+        assert single.final == batched[b].final
+    moved = [np.linalg.norm(recorder.states[-1].object_pos[b, 0] - s.object_pos[0]) for b, s in enumerate(starts)]
+    assert max(moved) > 0.05  # the episodes did push the T (so equality is not trivially at rest)
+
+
+@pytest.mark.slow
+def test_online_and_offline_envs_share_one_code_path(task: Task) -> None:
+    """With the correction off, the world cannot act on the twin: an online episode's twin must then be the
+    offline episode's twin bit for bit, while the real arm follows it."""
+    start = sampled(task, 1, seed=5)[0]
+    offline = Recorder()
+    run_episode(Env(task), ScriptedPush(task.scene), start, 2.0, [offline], stop_on_success=False)
+    online = Recorder()
+    config = EnvConfig(runtime=RuntimeConfig(follow=True, correct=False), real_images=True)
+    with Surrogate(task.scene, SurrogateConfig(camera_size=(160, 90))) as world:
+        env = Env(task, config, world)
+        result = run_episode(env, ScriptedPush(task.scene), start, 2.0, [online], stop_on_success=False)
+        truth = world.oracle.read()
+        obs = env.observe()
+    assert env.online and type(env.runtime) is type(Env(task).runtime)
+    assert len(online.states) == len(offline.states) == 120
+    for a, b in zip(online.states, offline.states):
+        assert_states_equal(a, b)
+    assert np.abs(truth.q - online.states[-1].q).max() < 0.05  # the real arm followed the twin arm
+    assert set(obs.real_images) == {c.name for c in task.scene.cameras}
+    assert obs.real_images["front"].shape == (90, 160, 3)
+    assert result.frames == 120
