@@ -156,3 +156,21 @@ def test_online_and_offline_envs_share_one_code_path(task: Task) -> None:
     assert set(obs.real_images) == {c.name for c in task.scene.cameras}
     assert obs.real_images["front"].shape == (90, 160, 3)
     assert result.frames == 120
+
+
+def test_virtual_cameras_in_observations_match_between_env_and_batch(task: Task) -> None:
+    starts = sampled(task, 2, seed=21)
+    config = EnvConfig(cameras=("wrist", "front"), image_size=(64, 48))
+    batch = BatchEnv(task, 2, config, nthread=1)
+    policies = PerEnvPolicies([ScriptedPush(task.scene) for _ in starts])
+    obs = batch.reset(starts)
+    obs, _ = batch.step(policies.act(obs))
+    assert obs.images["wrist"].shape == (2, 48, 64, 3) and obs.images["wrist"].dtype == np.uint8
+    for b, start in enumerate(starts):
+        env = Env(task, config)
+        policy = ScriptedPush(task.scene)
+        single = env.reset(start)
+        single, _ = env.step(policy.act(single))
+        for name in ("wrist", "front"):
+            np.testing.assert_array_equal(single.images[name], obs.images[name][b])
+    assert not np.array_equal(obs.images["wrist"][0], obs.images["wrist"][1])  # each twin its own view

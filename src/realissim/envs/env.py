@@ -177,8 +177,11 @@ class Env:
         s = self.runtime.twin.state()
         images = {}
         if self.cameras is not None:
-            data = self.runtime.twin.data
-            images = self.cameras.render(data.xpos, data.xquat)
+            from realissim.twin.virtual import body_poses
+
+            # From qpos: MuJoCo's xpos after a step is the pose at the start of its last substep.
+            xpos, xquat = body_poses(self.runtime.twin.model, self.runtime.twin.data.qpos[None])
+            images = self.cameras.render(xpos[0], xquat[0])
         real = {}
         if self.config.real_images and self.world is not None:
             frames = self._last.images if self._last is not None and self._last.images is not None else None

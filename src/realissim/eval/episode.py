@@ -58,6 +58,9 @@ class EpisodeResult:
     frames: int = 0
     policy_calls: int = 0
     wall_s: float = 0.0
+    """Wall-clock s of the whole episode (reset to result)."""
+    policy_s: float = 0.0
+    """Wall-clock s spent in the policy's `act` (for a batch: all of its calls, shared by the episodes)."""
 
     def summary(self) -> dict[str, float | bool | int]:
         """Scalars: success, success time, final metrics, duration, frames, wall time, final progress."""
@@ -70,6 +73,7 @@ class EpisodeResult:
             "frames": self.frames,
             "policy_calls": self.policy_calls,
             "wall_s": self.wall_s,
+            "policy_s": self.policy_s,
         }
 
 
@@ -138,10 +142,12 @@ def _episodes(
         for observer in observers:
             observer.on_frame(frame)
 
-    frames, calls = 0, 0
+    frames, calls, policy_s = 0, 0, 0.0
     limit = round(max_seconds / env.dt)
     while frames < limit:
+        t0 = time.perf_counter()
         chunk = policy.act(observation)
+        policy_s += time.perf_counter() - t0
         calls += 1
         observation, info = env.step(chunk, on_frame, limit - frames)
         frames += info.frames
@@ -150,7 +156,7 @@ def _episodes(
     judge.judge(float(np.max(observation.time)))
     wall = time.perf_counter() - wall0
     for r in results:
-        r.frames, r.duration, r.policy_calls, r.wall_s = frames, frames * env.dt, calls, wall
+        r.frames, r.duration, r.policy_calls, r.wall_s, r.policy_s = frames, frames * env.dt, calls, wall, policy_s
     for observer in observers:
         observer.on_end(results if batch else results[0])
     return results

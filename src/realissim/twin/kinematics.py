@@ -29,6 +29,9 @@ class IKConfig:
     posture_cost: float = 1e-3
     """Weight pulling the solution towards the seed configuration (resolves redundancy)."""
     damping: float = 1e-4
+    stall: float = 1e-5
+    """Non-strict solves stop when the tip error shrank by less than this over `stall_window` iterations, m."""
+    stall_window: int = 5
 
 
 class PusherIK:
@@ -59,18 +62,23 @@ class PusherIK:
         """Joints (J,) placing the tip centre at `tip_W` (3,) m with the rod vertical, starting at `seed`.
 
         Raises IKError if the tip error stays above the tolerance; with `strict=False` returns the closest
-        configuration found instead (within the joint limits).
+        configuration found instead (within the joint limits), stopping once the error no longer shrinks by
+        `stall` m over `stall_window` iterations (an unreachable target otherwise costs every iteration).
         """
         target = np.asarray(tip_W, dtype=np.float64)
         self._conf.update(np.asarray(seed, dtype=np.float64))
         self._posture.set_target(np.asarray(seed, dtype=np.float64))
         self._tip.set_target(mink.SE3.from_translation(target))
         tasks = [self._tip, self._down, self._posture]
-        err = np.inf
-        for _ in range(self.config.max_iterations):
+        err, history = np.inf, []
+        cfg = self.config
+        for _ in range(cfg.max_iterations):
             err = float(np.linalg.norm(self._conf.data.site_xpos[self._site] - target))
             tilt = 1.0 + float(self._conf.data.site_xmat[self._site][8])  # 1 - cos(angle to straight down)
-            if err < self.config.tolerance and tilt < 1e-6:
+            if err < cfg.tolerance and tilt < 1e-6:
+                break
+            history.append(err)
+            if not strict and len(history) > cfg.stall_window and history[-cfg.stall_window - 1] - err < cfg.stall:
                 break
             vel = mink.solve_ik(self._conf, tasks, 1.0, "daqp", damping=self.config.damping, limits=self._limits)
             self._conf.integrate_inplace(vel, 1.0)
