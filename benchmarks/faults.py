@@ -20,7 +20,7 @@ from pathlib import Path
 
 import tyro
 
-from realissim.eval.scenario import ScenarioConfig, run_scenario
+from realissim.eval.sync.scenario import ScenarioConfig, run_scenario
 from realissim.loop_demo import jsonable
 from realissim.real.surrogate.gap import Disturbance
 from realissim.tasks import make

@@ -1,6 +1,6 @@
 """Sync benchmark: how closely the twin tracks the surrogate world, correction on vs off.
 
-Runs the standard scenario (`realissim.eval.scenario`: scripted push, then an unseen hand moves the T
+Runs the standard scenario (`realissim.eval.sync.scenario`: scripted push, then an unseen hand moves the T
 by 5 cm at 10 s; online, lock-step, 3 cameras at 160×90) twice — visual correction on and off, the
 follower on in both — and prints the sync metrics side by side and the per-frame timing breakdown.
 `--json FILE` writes them under the keys "on" and "off".

@@ -31,7 +31,7 @@ def test_saturated_force_fires_and_warmup_never_does() -> None:
 
 
 def test_detector_score_counts_hits_misses_and_false_alarms_against_the_oracle() -> None:
-    from realissim.eval.sync import detector_score, fault_outcome
+    from realissim.eval.sync.metrics import detector_score, fault_outcome
 
     t = np.arange(100) / 60
     err = np.full(100, 0.001)

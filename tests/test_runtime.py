@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from realissim.eval.sync import SyncRecorder
+from realissim.eval.sync.metrics import SyncRecorder
 from realissim.expert.scripted import ScriptedPush
 from realissim.geometry import yaw_quat
 from realissim.policy import ActionChunk, Observation
@@ -119,7 +119,7 @@ def test_faults_do_not_crash_the_loop(scene: SceneSpec) -> None:
 
 
 def test_realtime_scenario_runs_on_the_wall_clock() -> None:
-    from realissim.eval.scenario import ScenarioConfig, run_scenario
+    from realissim.eval.sync.scenario import ScenarioConfig, run_scenario
     from realissim.tasks import make
 
     start = time.monotonic()

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from realissim.geometry import yaw_quat
+from helpers import random_start
 from realissim.real import CameraStalledError
 from realissim.real.follower import Follower, standard_trajectory
 from realissim.real.shm import SHM_PREFIX
@@ -45,23 +45,6 @@ def reference(scene: SceneSpec) -> Iterator[SurrogateWorld]:
     """The same world in this process: what a new world reset to a start state shows and does."""
     with SurrogateWorld(scene, GapProfile(), seed=SEED, camera_size=SMALL) as world:
         yield world
-
-
-def random_start(scene: SceneSpec, rng: np.random.Generator, spread: float | None = None) -> StartState:
-    """Objects moved up to 5 cm on the table and turned to any yaw; joints uniform within their limits, or
-    within `spread` rad of home (a pose the arm holds without touching the table)."""
-    poses = tuple(
-        Pose(
-            (o.pose.pos[0] + rng.uniform(-0.05, 0.05), o.pose.pos[1] + rng.uniform(-0.05, 0.05), o.pose.pos[2]),
-            yaw_quat(rng.uniform(-math.pi, math.pi)),
-        )
-        for o in scene.objects
-    )
-    lower, upper = (np.array([getattr(j, side) for j in scene.robot.joints]) for side in ("lower", "upper"))
-    if spread is not None:
-        home = np.asarray(scene.robot.home)
-        lower, upper = np.maximum(lower, home - spread), np.minimum(upper, home + spread)
-    return StartState(poses, tuple(float(v) for v in rng.uniform(lower, upper)))
 
 
 def _exists(segment: str) -> bool:

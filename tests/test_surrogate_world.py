@@ -16,10 +16,11 @@ import sys
 import numpy as np
 import pytest
 
+from helpers import random_start
 from realissim.assets import panda
 from realissim.assets.pusht import T_NAME, TBlock
 from realissim.expert.scripted import ScriptedPushConfig, joint_trajectory, push_waypoints, sample_path
-from realissim.geometry import project_points, quat_yaw, yaw_quat
+from realissim.geometry import project_points, quat_yaw
 from realissim.real.surrogate.gap import (
     DEFAULT_GAP_PATH,
     ArmGap,
@@ -50,23 +51,6 @@ def at_frame(k: int) -> float:
 
 def with_disturbances(*ds: Disturbance) -> GapProfile:
     return dataclasses.replace(GapProfile(), disturbances=ds)
-
-
-def random_start(scene: SceneSpec, rng: np.random.Generator, spread: float | None = None) -> StartState:
-    """Objects moved up to 5 cm on the table and turned to any yaw; joints uniform within their limits, or
-    within `spread` rad of home (a pose the arm holds without touching the table)."""
-    poses = tuple(
-        Pose(
-            (o.pose.pos[0] + rng.uniform(-0.05, 0.05), o.pose.pos[1] + rng.uniform(-0.05, 0.05), o.pose.pos[2]),
-            yaw_quat(rng.uniform(-math.pi, math.pi)),
-        )
-        for o in scene.objects
-    )
-    lower, upper = (np.array([getattr(j, side) for j in scene.robot.joints]) for side in ("lower", "upper"))
-    if spread is not None:
-        home = np.asarray(scene.robot.home)
-        lower, upper = np.maximum(lower, home - spread), np.minimum(upper, home + spread)
-    return StartState(poses, tuple(float(v) for v in rng.uniform(lower, upper)))
 
 
 # -- the profile file --------------------------------------------------------------------------------

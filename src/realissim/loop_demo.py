@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from realissim.eval.scenario import ScenarioConfig, run_scenario
+from realissim.eval.sync.scenario import ScenarioConfig, run_scenario
 from realissim.images import grid, write_png
 from realissim.runtime.loop import RuntimeConfig
 from realissim.tasks import Task, make
@@ -87,7 +87,7 @@ def run_loop_demo(
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         if config.record:
-            from realissim.eval.record import Recording
+            from realissim.eval.sync.record import Recording
 
             recording = Recording(out / "demo.rrd", scene, config.image_every)
     results: dict = {}
@@ -133,7 +133,7 @@ def format_table(results: dict, title: str) -> str:
 def _write_outputs(
     out: Path, config: LoopDemoConfig, results: dict, series: dict, views: dict, recorded: bool
 ) -> list[str]:
-    from realissim.eval.plots import plot_errors
+    from realissim.eval.sync.plots import plot_errors
 
     clock = "real time" if config.realtime else "lock-step"
     title = f"gap {config.gap or 'default'}, {clock}, {config.seconds:g} s, hand push at {config.seconds / 2:g} s"

@@ -1,1 +1,2 @@
-"""Evaluation: sync metrics against ground truth (oracle), success rates, reports."""
+"""Evaluation: `run_episode` (the one driver of episodes, success judged on ground truth) and, under `sync/`,
+the twin-vs-truth sync metrics and scenario; policy evaluation (offline in parallel, online) builds on them."""

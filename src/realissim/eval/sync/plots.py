@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from realissim.eval.sync import RECOVERED_M
+from realissim.eval.sync.metrics import RECOVERED_M
 
 FLOOR_MM = 0.1
 """Position errors are drawn on a log scale, floored here, mm."""

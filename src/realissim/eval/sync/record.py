@@ -24,7 +24,7 @@ import rerun as rr
 from realissim.assets import panda
 from realissim.envs.env import Env, FrameInfo
 from realissim.eval.episode import EpisodeObserver
-from realissim.eval.sync import pose_errors
+from realissim.eval.sync.metrics import pose_errors
 from realissim.images import to_uint8
 from realissim.real.interfaces import CameraStalledError
 from realissim.spec.scene import SceneSpec

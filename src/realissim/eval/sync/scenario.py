@@ -19,7 +19,7 @@ import torch
 
 from realissim.envs.env import Env, EnvConfig, FrameInfo
 from realissim.eval.episode import EpisodeObserver, ProgressBar, run_episode
-from realissim.eval.sync import SyncRecorder, detector_score, fault_outcome
+from realissim.eval.sync.metrics import SyncRecorder, detector_score, fault_outcome
 from realissim.expert.scripted import ScriptedPush
 from realissim.policy.base import Observation
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig

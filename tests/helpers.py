@@ -1,0 +1,28 @@
+"""Helpers shared by tests (imported as `helpers`: pytest puts this folder on the path)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from realissim.geometry import yaw_quat
+from realissim.spec.scene import Pose, SceneSpec
+from realissim.spec.state import StartState
+
+
+def random_start(scene: SceneSpec, rng: np.random.Generator, spread: float | None = None) -> StartState:
+    """Objects moved up to 5 cm on the table and turned to any yaw; joints uniform within their limits, or
+    within `spread` rad of home (a pose the arm holds without touching the table)."""
+    poses = tuple(
+        Pose(
+            (o.pose.pos[0] + rng.uniform(-0.05, 0.05), o.pose.pos[1] + rng.uniform(-0.05, 0.05), o.pose.pos[2]),
+            yaw_quat(rng.uniform(-math.pi, math.pi)),
+        )
+        for o in scene.objects
+    )
+    lower, upper = (np.array([getattr(j, side) for j in scene.robot.joints]) for side in ("lower", "upper"))
+    if spread is not None:
+        home = np.asarray(scene.robot.home)
+        lower, upper = np.maximum(lower, home - spread), np.minimum(upper, home + spread)
+    return StartState(poses, tuple(float(v) for v in rng.uniform(lower, upper)))
