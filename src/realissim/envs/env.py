@@ -23,6 +23,7 @@ from realissim.spec.state import StartState
 from realissim.twin.state import TwinState
 
 if TYPE_CHECKING:
+    from realissim.envs.batch import BatchEnv
     from realissim.tasks import Task
 
 
@@ -54,8 +55,8 @@ class EnvConfig:
 class FrameInfo:
     """One frame, for observers (a batch: leading axis B). `report` is the Runtime's (None for a batch)."""
 
-    env: object
-    """The environment (Env or BatchEnv) that ran the frame."""
+    env: Env | BatchEnv
+    """The environment that ran the frame."""
     frame: int
     """Frames since the reset, this one included."""
     time: np.ndarray
