@@ -26,3 +26,12 @@ def random_start(scene: SceneSpec, rng: np.random.Generator, spread: float | Non
         home = np.asarray(scene.robot.home)
         lower, upper = np.maximum(lower, home - spread), np.minimum(upper, home + spread)
     return StartState(poses, tuple(float(v) for v in rng.uniform(lower, upper)))
+
+
+BAD_STARTS = [
+    ({"q": (0.0,) * 6}, "q"),
+    ({"q": (0.0, 0.0, 0.0, 0.5, 0.0, 1.0, 0.0)}, "q[3]"),
+    ({"objects": ()}, "objects"),
+    ({"objects": (Pose((math.nan, 0.0, 0.02)),)}, "objects[0].pos"),
+]
+"""(changes to a scene's start state that make it unfit, the field the error must name)."""

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from helpers import random_start
+from helpers import BAD_STARTS, random_start
 from realissim.real import CameraStalledError
 from realissim.real.follower import Follower, standard_trajectory
 from realissim.real.shm import SHM_PREFIX
@@ -26,7 +26,7 @@ from realissim.real.surrogate.process import (
 )
 from realissim.real.surrogate.world import SurrogateWorld
 from realissim.spec.errors import SpecError
-from realissim.spec.scene import Pose, SceneSpec
+from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
 
 SMALL = (160, 90)
@@ -283,12 +283,7 @@ def test_reset_drops_stale_commands_and_live_disturbances(
 
 @pytest.mark.parametrize(
     ("change", "field"),
-    [
-        ({"q": (0.0,) * 6}, "q"),
-        ({"q": (0.0, 0.0, 0.0, 0.5, 0.0, 1.0, 0.0)}, "q[3]"),
-        ({"objects": ()}, "objects"),
-        ({"objects": (Pose((math.nan, 0.0, 0.02)),)}, "objects[0].pos"),
-    ],
+    BAD_STARTS,
 )
 def test_a_bad_start_state_is_refused_in_the_parent(
     surrogate: Surrogate, scene: SceneSpec, change: dict, field: str

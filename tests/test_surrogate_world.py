@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import random_start
+from helpers import BAD_STARTS, random_start
 from realissim.assets import panda
 from realissim.assets.pusht import T_NAME, TBlock
 from realissim.expert.scripted import ScriptedPushConfig, joint_trajectory, push_waypoints, sample_path
@@ -372,12 +372,7 @@ def test_scheduled_disturbances_recur_in_every_episode(scene: SceneSpec) -> None
 
 @pytest.mark.parametrize(
     ("change", "field"),
-    [
-        ({"q": (0.0,) * 6}, "q"),
-        ({"q": (0.0, 0.0, 0.0, 0.5, 0.0, 1.0, 0.0)}, "q[3]"),
-        ({"objects": ()}, "objects"),
-        ({"objects": (Pose((math.nan, 0.0, 0.02)),)}, "objects[0].pos"),
-    ],
+    BAD_STARTS,
 )
 def test_a_start_state_that_does_not_fit_is_refused_and_changes_nothing(
     scene: SceneSpec, change: dict, field: str
