@@ -174,3 +174,22 @@ def test_virtual_cameras_in_observations_match_between_env_and_batch(task: Task)
         for name in ("wrist", "front"):
             np.testing.assert_array_equal(single.images[name], obs.images[name][b])
     assert not np.array_equal(obs.images["wrist"][0], obs.images["wrist"][1])  # each twin its own view
+
+
+def test_random_pushes_keep_the_t_moving_and_repeat_for_a_seed(task: Task) -> None:
+    from realissim.expert.random_pushes import RandomPushes, RandomPushesConfig
+
+    config = EnvConfig(replan_every=0.25)
+
+    def positions(seed: int) -> np.ndarray:
+        recorder = Recorder()
+        policy = RandomPushes(task.scene, RandomPushesConfig(seed=seed))
+        run_episode(Env(task, config), policy, sampled(task, 1, seed=4)[0], 8.0, [recorder], stop_on_success=False)
+        return np.array([s.object_pos[0, :2] for s in recorder.states])
+
+    a, b, c = positions(0), positions(0), positions(1)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    speed = np.linalg.norm(np.diff(a, axis=0), axis=1) * 60
+    assert np.mean(speed > 0.01) > 0.3  # the T moves for a good part of the time
+    assert np.all(np.abs(a) < 0.3)  # and stays on the table, near the workspace

@@ -82,31 +82,51 @@ def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
 
 
 def detector_score(
-    times: np.ndarray, pos_err: np.ndarray, desynced: np.ndarray, threshold: float = DESYNC_M
+    times: np.ndarray,
+    pos_err: np.ndarray,
+    desynced: np.ndarray,
+    threshold: float = DESYNC_M,
+    min_duration: float = 0.0,
+    within: float | None = None,
 ) -> dict[str, float | int | list]:
     """The desync detector judged against the oracle (evaluation only).
 
-    An oracle episode is a run of frames with position error > `threshold` m; the detector hits it if it
-    reports desync at any frame of the episode. A detector alarm (a run of frames it reports desync) is
-    false if the oracle error stays ≤ `threshold` throughout it. Also returns the frames of each kind and
-    the length (s) of each missed episode (short ones are those the correction itself closed)."""
+    An oracle episode is a run of frames with position error > `threshold` m lasting more than `min_duration`
+    s; the detector hits it if it reports desync at a frame of the episode — within `within` s of its start,
+    if given (a detector already firing when the episode starts hits it). A detector alarm (a run of frames it
+    reports desync) is false if the oracle error stays ≤ `threshold` throughout it. Also returns the recall
+    (hits / episodes; 1 when there are none), false alarms per minute of in-sync running, the frames of each
+    kind, the length (s) of each missed episode, and the silent loss: seconds with error > `threshold` while
+    the detector said in sync (in all, and the longest such stretch)."""
     times, pos_err, desynced = np.asarray(times), np.asarray(pos_err), np.asarray(desynced, dtype=bool)
-    bad = pos_err > threshold
-    episodes, alarms = _runs(bad), _runs(desynced)
-    hits = [e for e in episodes if desynced[e[0] : e[1]].any()]
-    missed = [e for e in episodes if not desynced[e[0] : e[1]].any()]
-    false = [a for a in alarms if not bad[a[0] : a[1]].any()]
     dt = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
+    bad = pos_err > threshold
+    episodes = [e for e in _runs(bad) if (e[1] - e[0]) * dt > min_duration]
+    alarms = _runs(desynced)
+    window = len(times) if within is None else max(1, round(within / dt) + 1) if dt > 0 else 1
+
+    def hit(e: tuple[int, int]) -> bool:
+        return bool(desynced[e[0] : min(e[1], e[0] + window)].any())
+
+    hits = [e for e in episodes if hit(e)]
+    missed = [e for e in episodes if not hit(e)]
+    false = [a for a in alarms if not bad[a[0] : a[1]].any()]
+    silent = bad & ~desynced
+    in_sync_min = float((~bad).sum()) * dt / 60.0
     return {
         "oracle_episodes": len(episodes),
         "hits": len(hits),
         "misses": len(missed),
+        "recall": len(hits) / len(episodes) if episodes else 1.0,
         "false_alarms": len(false),
+        "false_alarms_per_min": len(false) / in_sync_min if in_sync_min > 0 else 0.0,
         "alarms": len(alarms),
         "frames_out_of_sync": int(bad.sum()),
         "frames_flagged": int(desynced.sum()),
         "frames_flagged_in_sync": int((desynced & ~bad).sum()),
         "missed_episode_s": [round((e - s) * dt, 3) for s, e in missed],
+        "silent_loss_s": float(silent.sum()) * dt,
+        "longest_silent_loss_s": max(((e - s) * dt for s, e in _runs(silent)), default=0.0),
     }
 
 

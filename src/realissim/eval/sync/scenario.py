@@ -1,9 +1,10 @@
-"""The standard sync scenario: a scripted push of the T, then an unseen hand moves it; online, through
-`run_episode`.
+"""Sync scenarios, online through `run_episode`: the standard one and the contact-rich one.
 
-The twin's arm follows the scripted push (`ScriptedPush`, then it holds); at `push_time` an unseen hand
-moves the real T by `hand_push` (a `move_object` disturbance the twin is not told about). `SyncObserver`
-compares the twin's object with the oracle every frame (evaluation only) and keeps the loop's timing.
+Standard (`motion="push"`): the twin's arm follows the scripted push (`ScriptedPush`, then it holds); at
+`push_time` an unseen hand moves the real T by `hand_push` (a `move_object` disturbance the twin is not told
+about). Contact-rich (`motion="random"`, see `contact_rich`): random pushes from every side keep the T moving
+for most of the episode (`RandomPushes`), from a start drawn by the task's sampler. `SyncObserver` compares
+the twin's object with the oracle every frame (evaluation only) and keeps the loop's timing.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -20,6 +22,7 @@ import torch
 from realissim.envs.env import Env, EnvConfig, FrameInfo
 from realissim.eval.episode import EpisodeObserver, ProgressBar, run_episode
 from realissim.eval.sync.metrics import SyncRecorder, detector_score, fault_outcome
+from realissim.expert.random_pushes import RandomPushes, RandomPushesConfig
 from realissim.expert.scripted import ScriptedPush
 from realissim.policy.base import Observation
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
@@ -34,10 +37,16 @@ class ScenarioConfig:
 
     seconds: float = 20.0
     """Episode length, s."""
+    motion: Literal["push", "random"] = "push"
+    """The twin arm's motion: the scripted push then holding, or random pushes that keep the T moving."""
+    motion_seed: int = 0
+    """Seed of the random pushes."""
+    start_seed: int | None = None
+    """None: the scene's start; else a start drawn by the task's sampler with this seed."""
     push_time: float = 10.0
     """When the unseen hand moves the T, s."""
-    hand_push: tuple[float, float, float] = (0.0, 0.05, 0.0)
-    """How far the hand moves the T, world frame, m."""
+    hand_push: tuple[float, float, float] | None = (0.0, 0.05, 0.0)
+    """How far the hand moves the T, world frame, m (None: no hand)."""
     camera_size: tuple[int, int] = (160, 90)
     """Real camera image size, px."""
     gap: Path | None = None
@@ -68,6 +77,9 @@ class SyncObserver(EpisodeObserver):
         """Per corrected (or, correction off, per) frame: the loop's own time (the sum of its stages), s."""
         self.corrected = 0
         self.truth = None
+        self.speed: list[float] = []
+        """The real T's planar speed at each frame, m/s (evaluation only: from the oracle)."""
+        self._last: tuple[float, np.ndarray] | None = None
 
     def on_reset(self, env: Env, observation: Observation) -> None:
         assert env.world is not None and hasattr(env.world, "disturb")
@@ -78,6 +90,10 @@ class SyncObserver(EpisodeObserver):
         env, report = frame.env, frame.report
         assert isinstance(env, Env) and env.world is not None and env.world.oracle is not None and report is not None
         self.truth = env.world.oracle.read()
+        now, where = float(self.truth.time), self.truth.object_pos[0, :2].copy()
+        last = self._last
+        self.speed.append(float(np.linalg.norm(where - last[1]) / (now - last[0])) if last and now > last[0] else 0.0)
+        self._last = (now, where)
         s = report.state
         self.recorder.add(float(s.time), s.object_pos[0], s.object_quat[0], self.truth.object_pos[0],
                           self.truth.object_quat[0])  # fmt: skip
@@ -90,10 +106,25 @@ class SyncObserver(EpisodeObserver):
 
 
 def scenario_disturbances(task: Task, config: ScenarioConfig) -> tuple[Disturbance, ...]:
-    """The unseen hand's push of the first object at `push_time`, then the configured faults."""
+    """The unseen hand's push of the first object at `push_time` (if any), then the configured faults."""
+    if config.hand_push is None:
+        return config.faults
     hand = Disturbance(kind="move_object", object=task.scene.objects[0].name, at=config.push_time,
                        displacement=config.hand_push)  # fmt: skip
     return (hand, *config.faults)
+
+
+def contact_rich(seed: int = 0, **changes: object) -> ScenarioConfig:
+    """The contact-rich scenario: random pushes (seed `seed`) from a sampled start (seed `seed`), no hand;
+    `changes` override other fields."""
+    base = ScenarioConfig(motion="random", motion_seed=seed, start_seed=seed, hand_push=None)
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+MOVING_M_S = 0.01
+"""A frame counts as moving when the real T's planar speed exceeds this, m/s."""
+LOSS_MIN_S = 0.25
+"""An oracle desync episode must last longer than this, s, and the detector must fire within it of its start."""
 
 
 def run_scenario(
@@ -111,15 +142,29 @@ def run_scenario(
     surrogate = SurrogateConfig(gap=config.gap, seed=config.seed, camera_size=config.camera_size, mode=mode, fps=fps)
     sync = SyncObserver(scenario_disturbances(task, config))
     threads = config.threads or (max(1, (os.cpu_count() or 2) - 1) if config.realtime else None)
+    if config.motion == "random":
+        policy = RandomPushes(task.scene, RandomPushesConfig(seed=config.motion_seed))
+        env_config = EnvConfig(runtime=config.runtime, replan_every=policy.config.lead * policy.config.horizon
+                               / policy.config.waypoints)  # fmt: skip
+    else:
+        policy, env_config = ScriptedPush(task.scene), EnvConfig(runtime=config.runtime)
+    start = StartState.of_scene(task.scene)
+    if config.start_seed is not None:
+        start = task.sample_start(np.random.default_rng(config.start_seed))
     with _torch_threads(threads), Surrogate(task.scene, surrogate) as world:
-        env = Env(task, EnvConfig(runtime=config.runtime), world)
+        env = Env(task, env_config, world)
         bar = ProgressBar(config.seconds, label, progress)
-        episode = run_episode(env, ScriptedPush(task.scene), StartState.of_scene(task.scene), config.seconds,
-                              [sync, bar, *observers], stop_on_success=False)  # fmt: skip
+        episode = run_episode(env, policy, start, config.seconds, [sync, bar, *observers], stop_on_success=False)
         runtime = env.runtime
         follower = runtime.follower.tracking.summary() if runtime.follower else {"rms_rad": float("nan")}
         events = list(runtime.detector.events) if runtime.detector else []
-    out = sync.recorder.summary(events=(config.push_time,))
+    out = sync.recorder.summary(events=(config.push_time,) if config.hand_push is not None else ())
+    pos, yaw = 1e3 * np.asarray(sync.recorder.pos_err), np.degrees(sync.recorder.yaw_err)
+    moving = np.asarray(sync.speed) > MOVING_M_S
+    out["pos_err_max_mm"] = float(pos.max())
+    out["moving_fraction"] = float(moving.mean())
+    out["pos_err_p95_moving_mm"] = float(np.percentile(pos[moving], 95)) if moving.any() else 0.0
+    out["yaw_err_p95_moving_deg"] = float(np.percentile(yaw[moving], 95)) if moving.any() else 0.0
     out["follower_rms_rad"] = follower["rms_rad"]
     # Lock-step: the rate the loop could run at (1 / its median time per corrected frame). Real time: the
     # achieved rate of corrected frames over the wall clock.
@@ -129,6 +174,11 @@ def run_scenario(
     out["timing_ms"] = {key: 1e3 * float(np.median(v)) for key, v in sync.timings.items()}
     out["task"] = episode.final
     times, errors = np.asarray(sync.recorder.times), np.asarray(sync.recorder.pos_err)
+    score = detector_score(times, errors, np.asarray(sync.desynced), min_duration=LOSS_MIN_S, within=LOSS_MIN_S)
+    out["silent_loss_s"] = score["silent_loss_s"]
+    out["longest_silent_loss_s"] = score["longest_silent_loss_s"]
+    out["detector_recall"] = score["recall"]
+    out["false_alarms_per_min"] = score["false_alarms_per_min"]
     if runtime.detector is not None:
         out["detector"] = detector_score(times, errors, np.asarray(sync.desynced))
     out["faults"] = [
@@ -141,6 +191,7 @@ def run_scenario(
         "pos_err": sync.recorder.pos_err,
         "yaw_err": sync.recorder.yaw_err,
         "desynced": sync.desynced,
+        "speed": sync.speed,
     }
     return out
 
