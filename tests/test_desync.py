@@ -57,3 +57,28 @@ def test_detector_score_counts_hits_misses_and_false_alarms_against_the_oracle()
         "back_in_sync_s": 0.0,
         "verdict": "tracked",
     }
+
+
+def test_a_slow_drift_does_not_become_the_baseline() -> None:
+    """A twin drifting away raises the residual slowly; the baseline must not follow it up."""
+    det = DesyncDetector(DesyncConfig(warmup=30, frames=10))
+    residual = np.concatenate([np.full(100, 1e-3), 1e-3 * 1.01 ** np.arange(1, 301)])  # ×20 over 5 s
+    states = [det.update(float(r)) for r in residual]
+    assert not any(states[:100]) and states[-1]
+    fired = det.events[0][0]
+    assert 100 + np.log(3) / np.log(1.01) < fired < 100 + np.log(3) / np.log(1.01) + 12  # at 3× the in-sync level
+
+
+def test_fires_when_the_cameras_see_the_object_elsewhere_and_rearms_when_they_agree() -> None:
+    cfg = DesyncConfig(warmup=10, frames=10, sight_frames=6, sight_distance=0.02)
+    det = DesyncDetector(cfg)
+    for _ in range(20):
+        assert not det.update(1e-3, distance=0.001)
+    for _ in range(4):
+        assert not det.update(1e-3, distance=float("nan"))  # not seen: no evidence either way
+    away = [det.update(1e-3, distance=0.05) for _ in range(6)]
+    assert away == [False] * 5 + [True]  # 0.1 s of the object seen 5 cm away
+    for _ in range(9):
+        assert det.update(1e-3, distance=0.001)  # agreeing again, but re-arming takes `frames`
+    assert not det.update(1e-3, distance=0.001)
+    assert [kind for _, kind in det.events] == ["fired", "re-armed"]

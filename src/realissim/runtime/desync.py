@@ -1,9 +1,15 @@
-"""Desync detection from what a real deployment has: the photometric residual and the visual force.
+"""Desync detection from what a real deployment has: the photometric residual, the visual force, and where
+the cameras see the object.
 
 The twin is out of sync when it no longer explains the camera images: the residual (the correction's
-photometric loss after its steps) rises well above its own recent baseline, or the visual force stays
-saturated. Both are compared with running statistics, never with ground truth. When the detector fires,
-the runtime makes the follower hold the real arm; it re-arms once the residual has come back down.
+photometric loss) rises well above its own baseline, or the visual force stays saturated, or the object the
+cameras see (`twin.sighting`) stands away from the twin's. All are judged from images, calibration and the
+twin, never from ground truth. When the detector fires, the runtime makes the follower hold the real arm; it
+re-arms once the residual has come back down and the seen object agrees with the twin's again.
+
+The baseline learns only from frames that look in sync (residual below `recover` × baseline and, when a
+sighting is given, the object seen where the twin has it): a twin drifting away slowly must not teach the
+detector that drifting is normal.
 """
 
 from __future__ import annotations
@@ -28,6 +34,10 @@ class DesyncConfig:
     """Re-arm once the residual has been below this multiple of the baseline for `frames` frames."""
     baseline_window: int = 300
     """Frames of in-sync residuals the baseline (their median) is taken over."""
+    sight_distance: float = 0.02
+    """The seen object counts as elsewhere when it stands more than this from the twin's, m ..."""
+    sight_frames: int = 6
+    """... for this many consecutive frames (0.1 s at 60 Hz): fire."""
 
 
 class DesyncDetector:
@@ -36,8 +46,7 @@ class DesyncDetector:
     def __init__(self, config: DesyncConfig = DesyncConfig()) -> None:
         self.config = config
         self._baseline: deque[float] = deque(maxlen=config.baseline_window)
-        self._high = 0
-        self._low = 0
+        self._high = self._low = self._away = 0
         self.desynced = False
         self.events: list[tuple[int, str]] = []
         """(frame, "fired" | "re-armed") in order."""
@@ -46,7 +55,7 @@ class DesyncDetector:
     def restart(self) -> None:
         """A new episode: in sync, no events, counters cleared; the learned baseline (a property of the cameras
         and the scene's look, not of the episode) is kept."""
-        self._high = self._low = self._frame = 0
+        self._high = self._low = self._away = self._frame = 0
         self.desynced = False
         self.events = []
 
@@ -55,21 +64,28 @@ class DesyncDetector:
         """The median in-sync residual (inf during warm-up)."""
         return float(np.median(self._baseline)) if len(self._baseline) >= self.config.warmup else float("inf")
 
-    def update(self, residual: float, force_saturated: bool = False) -> bool:
-        """Add one frame (photometric residual, whether the visual force hit its cap); returns `desynced`."""
+    def update(self, residual: float, force_saturated: bool = False, distance: float | None = None) -> bool:
+        """Add one frame: the photometric residual, whether the visual force hit its cap, and (optional) how
+        far the seen object stands from the twin's, m (None or NaN: not seen, no evidence either way).
+        Returns `desynced`."""
         cfg = self.config
         base = self.baseline
+        seen = distance is not None and bool(np.isfinite(distance))
+        away = seen and distance > cfg.sight_distance  # type: ignore[operator]
+        agrees = not seen or distance <= 0.5 * cfg.sight_distance  # type: ignore[operator]
         high = residual > cfg.rise * base or force_saturated
-        low = residual < cfg.recover * base
+        low = residual < cfg.recover * base and agrees
         self._high = self._high + 1 if high else 0
+        self._away = self._away + 1 if away else 0
         self._low = self._low + 1 if low else 0
-        if not self.desynced and self._high >= cfg.frames:
+        if not self.desynced and (self._high >= cfg.frames or self._away >= cfg.sight_frames):
             self.desynced = True
             self.events.append((self._frame, "fired"))
         elif self.desynced and self._low >= cfg.frames:
             self.desynced = False
             self.events.append((self._frame, "re-armed"))
-        if not self.desynced and not high:
+        warming = len(self._baseline) < cfg.warmup
+        if not self.desynced and not high and agrees and (warming or residual < cfg.recover * base):
             self._baseline.append(float(residual))
         self._frame += 1
         return self.desynced
