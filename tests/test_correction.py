@@ -48,6 +48,7 @@ def test_no_force_when_the_twin_already_explains_the_images(setup) -> None:
     from realissim.twin.support import planar_wrenches, support_normals
 
     twin, views, correction = setup
+    correction.reset()  # the shared correction's integral must not carry over from another test
     twin.reset()
     twin.step()
     result = _correct(twin, correction, _render_with_t_moved(twin, views))
@@ -95,6 +96,24 @@ def test_correction_pulls_the_twin_onto_reality(scene: SceneSpec, setup) -> None
         errors.append(np.linalg.norm(twin.state().object_pos[0, :2] - reality.state().object_pos[0, :2]))
     assert errors[0] > 0.015
     assert errors[-1] < 0.005, f"twin still {errors[-1] * 1e3:.1f} mm from reality after 2 s"
+
+
+def test_integral_action_grows_against_a_persistent_disagreement(setup) -> None:
+    """The twin held where it is (as when its pusher holds it against where the real T is): without the integral
+    the pull stays at what Adam's bounded steps give; with it, it grows frame after frame, and `reset` clears it."""
+    twin, views, _ = setup
+    twin.reset()
+    images = _render_with_t_moved(twin, views, dx=0.01)
+    forces = {}
+    for integral in (0.0, 10.0):
+        correction = VisualCorrection(views, twin.model, CorrectionConfig(integral=integral), frame_dt=twin.dt)
+        forces[integral] = [_correct(twin, correction, images).wrenches[0, 0] for _ in range(30)]
+        correction.reset()
+        forces[f"{integral} after reset"] = _correct(twin, correction, images).wrenches[0, 0]
+    steady, grown = forces[0.0], forces[10.0]
+    assert max(steady) < 2.0 * min(steady[5:])  # no growth without it
+    assert grown[-1] > 2.5 * steady[-1] and grown[-1] > grown[10] > grown[0] > 0
+    assert forces["10.0 after reset"] == pytest.approx(grown[0], rel=0.05)
 
 
 def test_color_fit_absorbs_a_different_appearance(setup) -> None:
@@ -191,6 +210,7 @@ def test_a_global_brightness_change_does_not_pull_the_object(setup) -> None:
     from realissim.twin.support import planar_wrenches, support_normals
 
     twin, views, correction = setup
+    correction.reset()  # the shared correction's integral must not carry over from another test
     twin.reset()
     twin.step()
     dark = 0.6 * _render_with_t_moved(twin, views)  # the same scene, lights at 60 %

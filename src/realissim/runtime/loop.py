@@ -122,6 +122,8 @@ class Runtime:
             self.follower.reset(self.world.robot.read().q)
         if self.detector is not None:
             self.detector.restart()
+        if self.correction is not None:
+            self.correction.reset()
         self._held_target = None
         self._stalled = False
 

@@ -72,6 +72,13 @@ class CorrectionConfig:
     damping_ratio: float = 1.0
     """rigid: damping of the visual pull relative to critical (2·sqrt(k·m), 2·sqrt(k_rot·I) with the smallest
     principal inertia), against the body's velocity; without it the sign-like pull oscillates."""
+    integral: float = 10.0
+    """rigid: integral action, 1/s: each frame's found translation and rotation also accumulate (leaking
+    with time constant `integral_leak`) into a pull of stiffness × integral × accumulated × frame_dt, so a
+    disagreement that persists (the twin's contact pushing its object where the real one is not) meets a
+    growing force instead of the few newtons Adam's bounded steps give (docs/decisions.md). 0: off."""
+    integral_leak: float = 0.5
+    """rigid: time constant of the integral's leak, s."""
     crop_margin: int | None = 16
     """Optimise over a window of each image around the objects (their projections at the twin's pose, grown by
     this many px; None: whole images): far pixels carry no gradient to them (docs/decisions.md)."""
@@ -152,7 +159,14 @@ class VisualCorrection:
         lin = np.minimum(2 * config.damping_ratio * np.sqrt(config.stiffness * mass), mass / frame_dt)
         rot = np.minimum(2 * config.damping_ratio * np.sqrt(config.rot_stiffness * inertia), inertia / frame_dt)
         self._damping = np.concatenate([np.repeat(lin, 3, axis=1), np.repeat(rot, 3, axis=1)], axis=1)
+        self._frame_dt = frame_dt
+        self._accumulated = np.zeros((len(self.object_bodies), 6))
+        """rigid: the leaky sum of found translations (m) and rotations (rad), (K,6)."""
         """(K,6) damping per body: N·s/m on linear and N·m·s/rad on angular velocity."""
+
+    def reset(self) -> None:
+        """Forget what accumulated over the frames (a new episode)."""
+        self._accumulated[:] = 0.0
 
     def correct(self, twin: TwinPhysics, q_real: ArrayLike, images: Tensor) -> CorrectionResult:
         """This frame's correction of `twin` (not applied): the robot placed at the real arm's measured joints
@@ -310,6 +324,13 @@ class VisualCorrection:
         found = torch.cat([shift_xy, shift_z], dim=-1).detach().double().numpy()
         turned = torch.cat([rot_xy, rot_z], dim=-1).detach().double().numpy()
         wrench = np.concatenate([cfg.stiffness * found, cfg.rot_stiffness * turned], axis=1)
+        if cfg.integral > 0:
+            step = np.concatenate([found, turned], axis=1)
+            self._accumulated = self._accumulated * np.exp(-self._frame_dt / cfg.integral_leak) + step
+            gains = np.array([cfg.stiffness] * 3 + [cfg.rot_stiffness] * 3)
+            pull = gains * cfg.integral * self._frame_dt * self._accumulated
+            limit = np.array([cfg.max_force] * 3 + [np.inf] * 3)
+            wrench += np.clip(pull, -limit, limit)
         if velocity is not None:
             wrench -= np.asarray(velocity, dtype=np.float64) * self._damping
         return wrench, np.linalg.norm(found, axis=1), losses
