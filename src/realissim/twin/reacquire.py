@@ -136,8 +136,9 @@ class ObjectSearch:
         self.sighting = sighting if sighting is not None else Sighting(views, model, config.sighting)
 
     def search(self, twin: TwinPhysics, q_real: ArrayLike, images: np.ndarray | Tensor, obj: int = 0) -> SearchResult:
-        """Search object `obj` (index in the twin's objects) in the real images (C,H,W,3) uint8 RGB, the robot
-        at the real arm's measured joints q_real (J,) rad. Does not change the twin."""
+        """Search object `obj` (index in `sighting.object_bodies`, the scene's object order) in the real images
+        (C,H,W,3) uint8 RGB, the robot at the real arm's measured joints q_real (J,) rad. Does not change the
+        twin."""
         xpos, xquat = self.sighting.poses(twin.data.qpos, twin.layout.robot_qpos, q_real)
         return self.search_poses(xpos, xquat, images, obj)
 

@@ -79,7 +79,12 @@ class ObjectSighting:
     pixels: np.ndarray
     """(C,) int: pixels of the object's colour per camera (after trimming)."""
     expected: np.ndarray
-    """(C,) int: pixels the twin's object would show per camera (visible and of the object's colour)."""
+    """(C,) int: pixels where the twin's object would be visible per camera."""
+    overlap: np.ndarray
+    """(C,) intersection over union of the object's pixels and those where the twin's object would be (NaN where
+    both are empty): the agreement in shape. It also catches a twin object turned about the right position, where
+    `distance` stays small (PushT: ~0.8 in sync, ~0.63 turned 118°, where the correction can settle, ~0.07 for
+    15 cm off)."""
     camera_positions: np.ndarray
     """(C,2) each camera's estimate of `position`; NaN rows for cameras that do not see the object."""
     points: tuple[np.ndarray, ...]
@@ -153,8 +158,8 @@ class Sighting:
         return self._kin.xpos.copy(), self._kin.xquat.copy()
 
     def __call__(self, xpos: np.ndarray, xquat: np.ndarray, images: np.ndarray | Tensor) -> list[ObjectSighting]:
-        """Sightings (one per object, in `object_bodies` order) for body poses xpos (nbody,3) m, xquat (nbody,4)
-        wxyz and the real images (C,H,W,3) uint8 RGB (or float in [0, 1])."""
+        """Sightings (one per object, in `object_bodies` order: ascending body id, the scene's) for body poses
+        xpos (nbody,3) m, xquat (nbody,4) wxyz and the real images (C,H,W,3) uint8 RGB (or float in [0, 1])."""
         views, cfg = self.views, self.config
         img = _as_uint8(images)
         shape = (len(views.cameras), views.height, views.width, 3)
@@ -186,13 +191,18 @@ class Sighting:
         n_cam = len(origins)
         estimates = np.full((n_cam, 2), np.nan)
         pixels, counts = np.zeros(n_cam, dtype=np.int64), np.zeros(n_cam, dtype=np.int64)
+        overlap = np.full(n_cam, np.nan)
         points = []
         for c in range(n_cam):
-            pts = _on_plane(rays[c], origins[c], np.flatnonzero(seen[c].ravel() == k), h)
+            mine, there = seen[c].ravel() == k, expected[c].ravel() == k
+            union = np.count_nonzero(mine | there)
+            if union:
+                overlap[c] = np.count_nonzero(mine & there) / union
+            pts = _on_plane(rays[c], origins[c], np.flatnonzero(mine), h)
             if len(pts):
                 far = np.linalg.norm(pts - np.median(pts, axis=0), axis=1) > cfg.trim * self.object_radius[k]
                 pts = pts[~far]
-            ref = _on_plane(rays[c], origins[c], np.flatnonzero(expected[c].ravel() == k), h)
+            ref = _on_plane(rays[c], origins[c], np.flatnonzero(there), h)
             points.append(pts)
             pixels[c], counts[c] = len(pts), len(ref)
             if len(pts) < cfg.min_pixels:
@@ -206,7 +216,9 @@ class Sighting:
             w = pixels[seeing].astype(np.float64)
             position = (estimates[seeing] * w[:, None]).sum(axis=0) / w.sum()
         distance = float(np.linalg.norm(position - twin_pos[:2])) if ok else math.nan
-        return ObjectSighting(ok, position, twin_pos.copy(), distance, pixels, counts, estimates, tuple(points), h)
+        return ObjectSighting(
+            ok, position, twin_pos.copy(), distance, pixels, counts, overlap, estimates, tuple(points), h
+        )
 
     def references(self) -> np.ndarray:
         """(K,2) each object's reference chromaticity (`reference_chromaticity` of the views' current colours)."""
