@@ -70,9 +70,9 @@ class DesyncDetector:
         Returns `desynced`."""
         cfg = self.config
         base = self.baseline
-        seen = distance is not None and bool(np.isfinite(distance))
-        away = seen and distance > cfg.sight_distance  # type: ignore[operator]
-        agrees = not seen or distance <= 0.5 * cfg.sight_distance  # type: ignore[operator]
+        d = float("nan") if distance is None else float(distance)
+        away = d > cfg.sight_distance  # False for NaN: not seen is no evidence
+        agrees = not d > 0.5 * cfg.sight_distance
         high = residual > cfg.rise * base or force_saturated
         low = residual < cfg.recover * base and agrees
         self._high = self._high + 1 if high else 0
