@@ -61,6 +61,12 @@ class EpisodeResult:
     """Wall-clock s of the whole episode (reset to result)."""
     policy_s: float = 0.0
     """Wall-clock s spent in the policy's `act` (for a batch: all of its calls, shared by the episodes)."""
+    desynced_s: float = 0.0
+    """Online: simulated s during which the desync detector said the twin was out of sync (the real arm held)."""
+    desync_events: list[tuple[float, str]] = field(default_factory=list)
+    """Online: (time, "fired" | "re-armed"), s, in order."""
+    reacquisitions: int = 0
+    """Online: how many times an object of the twin was re-acquired (put where the cameras found it)."""
 
     def summary(self) -> dict[str, float | bool | int]:
         """Scalars: success, success time, final metrics, duration, frames, wall time, final progress."""
@@ -74,6 +80,9 @@ class EpisodeResult:
             "policy_calls": self.policy_calls,
             "wall_s": self.wall_s,
             "policy_s": self.policy_s,
+            "desynced_s": self.desynced_s,
+            "desync_events": len([e for e in self.desync_events if e[1] == "fired"]),
+            "reacquisitions": self.reacquisitions,
         }
 
 
@@ -98,6 +107,14 @@ class _Judge:
         progress = np.atleast_1d(frame.progress)
         for r, p in zip(self.results, progress):
             r.progress.append(float(p))
+        report = frame.report
+        if report is not None:  # one online episode: the detector's verdicts and the re-acquisitions
+            r = self.results[0]
+            was = bool(r.desync_events) and r.desync_events[-1][1] == "fired"
+            if report.desynced != was:
+                r.desync_events.append((float(frame.time), "fired" if report.desynced else "re-armed"))
+            r.desynced_s += self.env.dt if report.desynced else 0.0
+            r.reacquisitions += sum(a.placed for a in report.reacquisitions)
         if frame.frame % self.every == 0:
             self.judge(float(np.max(frame.time)))
 

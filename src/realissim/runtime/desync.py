@@ -38,6 +38,11 @@ class DesyncConfig:
     """The seen object counts as elsewhere when it stands more than this from the twin's, m ..."""
     sight_frames: int = 6
     """... for this many consecutive frames (0.1 s at 60 Hz): fire."""
+    min_overlap: float = 0.0
+    """The seen object's shape disagrees with the twin's when their overlap (IoU, mean over the cameras) is below
+    this (0: not used) ..."""
+    overlap_frames: int = 12
+    """... for this many consecutive frames: fire."""
 
 
 class DesyncDetector:
@@ -46,8 +51,9 @@ class DesyncDetector:
     def __init__(self, config: DesyncConfig = DesyncConfig()) -> None:
         self.config = config
         self._baseline: deque[float] = deque(maxlen=config.baseline_window)
-        self._high = self._low = self._away = 0
+        self._high = self._low = self._away = self._skewed = 0
         self.desynced = False
+        self._confirmed = False
         self.events: list[tuple[int, str]] = []
         """(frame, "fired" | "re-armed") in order."""
         self._frame = 0
@@ -55,34 +61,52 @@ class DesyncDetector:
     def restart(self) -> None:
         """A new episode: in sync, no events, counters cleared; the learned baseline (a property of the cameras
         and the scene's look, not of the episode) is kept."""
-        self._high = self._low = self._away = self._frame = 0
-        self.desynced = False
+        self._high = self._low = self._away = self._skewed = self._frame = 0
+        self.desynced = self._confirmed = False
         self.events = []
+
+    def confirm(self) -> None:
+        """While out of sync: a re-acquisition has put the twin's objects where the images show them (or found
+        them there). Until it re-arms, the detector then re-arms on the sighting's agreement alone (`frames`
+        frames of it), without waiting for the residual to reach its baseline: that was learned with the
+        objects elsewhere in the images, and the residual's level depends on where they are (what the arm
+        hides, the table under them). No-op while in sync."""
+        self._confirmed = self.desynced
 
     @property
     def baseline(self) -> float:
         """The median in-sync residual (inf during warm-up)."""
         return float(np.median(self._baseline)) if len(self._baseline) >= self.config.warmup else float("inf")
 
-    def update(self, residual: float, force_saturated: bool = False, distance: float | None = None) -> bool:
+    def update(
+        self,
+        residual: float,
+        force_saturated: bool = False,
+        distance: float | None = None,
+        overlap: float | None = None,
+    ) -> bool:
         """Add one frame: the photometric residual, whether the visual force hit its cap, and (optional) how
-        far the seen object stands from the twin's, m (None or NaN: not seen, no evidence either way).
-        Returns `desynced`."""
+        far the seen object stands from the twin's, m, and how well their shapes overlap (IoU in [0, 1]) (None
+        or NaN: not seen, no evidence either way). Returns `desynced`."""
         cfg = self.config
         base = self.baseline
         d = float("nan") if distance is None else float(distance)
+        o = float("nan") if overlap is None else float(overlap)
         away = d > cfg.sight_distance  # False for NaN: not seen is no evidence
-        agrees = not d > 0.5 * cfg.sight_distance
+        skewed = o < cfg.min_overlap
+        agrees = not d > 0.5 * cfg.sight_distance and not skewed
         high = residual > cfg.rise * base or force_saturated
-        low = residual < cfg.recover * base and agrees
+        low = (residual < cfg.recover * base or self._confirmed) and agrees
         self._high = self._high + 1 if high else 0
         self._away = self._away + 1 if away else 0
+        self._skewed = self._skewed + 1 if skewed else 0
         self._low = self._low + 1 if low else 0
-        if not self.desynced and (self._high >= cfg.frames or self._away >= cfg.sight_frames):
+        fire = self._high >= cfg.frames or self._away >= cfg.sight_frames or self._skewed >= cfg.overlap_frames
+        if not self.desynced and fire:
             self.desynced = True
             self.events.append((self._frame, "fired"))
         elif self.desynced and self._low >= cfg.frames:
-            self.desynced = False
+            self.desynced = self._confirmed = False
             self.events.append((self._frame, "re-armed"))
         warming = len(self._baseline) < cfg.warmup
         if not self.desynced and not high and agrees and (warming or residual < cfg.recover * base):

@@ -27,6 +27,8 @@ from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras
 from realissim.twin.color_fit import ColorFitConfig, fit_colors
 from realissim.twin.correction import CorrectionConfig, CorrectionResult, VisualCorrection
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
+from realissim.twin.reacquire import ObjectSearch, Placement, PlacementConfig, SearchConfig, SearchResult, place_object
+from realissim.twin.sighting import ObjectSighting, Sighting, SightingConfig
 from realissim.twin.state import TwinState, rest_state
 from realissim.twin.views import TwinViews
 
@@ -58,6 +60,42 @@ class RuntimeConfig:
     """The desync detector (active with the correction): when it fires, the follower holds the real arm."""
     follower: FollowerConfig = field(default_factory=FollowerConfig)
     """The follower; its command period is set to the twin's frame period."""
+    sighting: SightingConfig = field(default_factory=SightingConfig)
+    """Where the cameras see each object (every corrected frame, ~1 ms): evidence for the detector."""
+    reacquire: bool = True
+    """While the detector says out of sync: search the objects in the images and put the twin's there."""
+    search: SearchConfig = field(default_factory=SearchConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    retry_frames: int = 6
+    """While out of sync, a search that did not place the object is tried again after this many frames ..."""
+    confirm_fraction: float = 0.9
+    """The twin's object is moved only when its pose explains less than this fraction of what the found pose
+    explains (loss removed from the object-absent loss); else the search confirms the twin's pose."""
+    recheck_frames: int = 45
+    """... and one that did, after this many (when the detector has still not re-armed: the placement did not
+    bring the twin back in sync)."""
+
+    def __post_init__(self) -> None:
+        if self.retry_frames < 1 or self.recheck_frames < 1:
+            raise ValueError(f"retry_frames, recheck_frames: must be ≥ 1, got {self.retry_frames}, "
+                             f"{self.recheck_frames}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Reacquisition:
+    """One re-acquisition attempt of one object: the search, and where the twin's object was put (None: not
+    placed, because the search found nothing reliable or the twin's pose already explains the images as well)."""
+
+    frame: int
+    """Frames since the reset, this one included."""
+    object: int
+    """The object's index (the scene's order)."""
+    search: SearchResult
+    placement: Placement | None
+
+    @property
+    def placed(self) -> bool:
+        return self.placement is not None and self.placement.placed
 
 
 @dataclass(frozen=True)
@@ -74,6 +112,10 @@ class FrameReport:
     """The desync detector's verdict after this frame (the follower held the real arm if so)."""
     q_real: np.ndarray | None = None
     images: np.ndarray | None = None
+    sightings: tuple[ObjectSighting, ...] = ()
+    """Where the cameras saw each object this frame (empty when not corrected)."""
+    reacquisitions: tuple[Reacquisition, ...] = ()
+    """Re-acquisition attempts made this frame (their time is in `timing["reacquire"]`)."""
 
 
 class Runtime:
@@ -102,8 +144,18 @@ class Runtime:
         if config.follow and world is not None:
             self.follower = Follower(world.robot.description, replace(config.follower, dt=self.twin.dt))
         self.detector = DesyncDetector(config.desync) if self.correction is not None else None
+        self.sighting: Sighting | None = None
+        self.search: ObjectSearch | None = None
+        if self.correction is not None:
+            self.sighting = Sighting(self.correction.views, self.twin.model, config.sighting)
+            if config.reacquire:
+                self.search = ObjectSearch(self.correction.views, self.twin.model, config.search, self.sighting)
+        self.reacquisitions: list[Reacquisition] = []
+        """This episode's re-acquisition attempts, in order."""
         self._stalled = False
         self._held_target: np.ndarray | None = None
+        self._frame = 0
+        self._next_search = 0
 
     @property
     def dt(self) -> float:
@@ -126,6 +178,8 @@ class Runtime:
             self.correction.reset()
         self._held_target = None
         self._stalled = False
+        self._frame = self._next_search = 0
+        self.reacquisitions = []
 
     def calibrate(self) -> None:
         """Fit the twin's appearance to the real cameras (colours; camera rotation and intrinsics), assuming the
@@ -160,19 +214,31 @@ class Runtime:
             if self.correction is not None and correct:
                 images = self._read_cameras()
         timing["sense"] = clock() - t0
-        result = None
+        self._frame += 1
+        result, sightings, attempts = None, (), ()
         if self.correction is not None and images is not None:
             t0 = clock()
             result = self.correction.correct(self.twin, q_real, torch.from_numpy(images))
             self.twin.apply_wrenches(result.wrenches)
-            if self.detector is not None:
-                self.detector.update(result.residual, result.saturated)
             timing["correct"] = clock() - t0
             timing.update({f"correct.{key}": value for key, value in result.stages.items()})
+            t0 = clock()
+            assert self.sighting is not None and self.detector is not None and q_real is not None
+            sightings = tuple(self.sighting.observe(self.twin, q_real, images))
+            self.detector.update(result.residual, result.saturated, *_evidence(sightings))
+            timing["sight"] = clock() - t0
+            if not self.desynced:
+                self._next_search = 0  # the next time it fires, search at once
+            if self.desynced and self.search is not None and self._frame >= self._next_search:
+                t0 = clock()
+                attempts = self._reacquire(q_real, images)
+                timing["reacquire"] = clock() - t0
         t0 = clock()
         if self.desynced:  # hold the twin arm with the real one, so the two stay consistent until re-armed
-            if self._held_target is None:  # the servo targets it had when the detector fired
-                self._held_target = self.twin.data.ctrl[self.twin.layout.actuators].copy()
+            if self._held_target is None:  # where the real arm was when the detector fired (the twin's is ahead
+                # of it by the follower's lag, possibly inside the real object the twin lost)
+                actual = self.twin.data.ctrl[self.twin.layout.actuators]
+                self._held_target = (q_real if q_real is not None else actual).copy()
             q_target = self._held_target
         else:
             self._held_target = None
@@ -188,7 +254,44 @@ class Runtime:
             t0 = clock()
             self.world.step()
             timing["world"] = clock() - t0
-        return FrameReport(state, result, timing, self.desynced, q_real, images)
+        return FrameReport(state, result, timing, self.desynced, q_real, images, sightings, attempts)
+
+    def _reacquire(self, q_real: np.ndarray, images: np.ndarray) -> tuple[Reacquisition, ...]:
+        """Search every object in this frame's images; put each found one where the search found it (the twin arm
+        first moved to the real arm's joints), unless the twin's pose scores as well (then the twin was right
+        about it). After a placement the correction's
+        accumulated state is cleared (it belonged to the lost pose). Not placed: retried after `retry_frames`."""
+        assert self.search is not None and self.correction is not None
+        attempts = []
+        placed_any, missing = False, False
+        for k in range(len(self.sighting.object_bodies) if self.sighting is not None else 0):
+            found = self.search.search(self.twin, q_real, images, k)
+            placement = None
+            # Placed only when the found pose explains clearly more of the images than the twin's (the loss
+            # they remove from the object-absent loss); else the twin was right about the object.
+            gain = found.empty_score - found.score
+            better = found.found and (found.empty_score - found.current_score) < self.config.confirm_fraction * gain
+            if better:
+                # The twin arm to the real one first (they are held together), so the object is placed clear of
+                # where the real arm is, not of where the twin's ran ahead to.
+                self._held_target = self.twin.set_robot(q_real)
+                placement = place_object(self.twin, k, found.pos, found.quat, self.config.placement)
+                placed_any |= placement.placed
+            missing |= not (placement is not None and placement.placed) and not (found.found and not better)
+            attempts.append(Reacquisition(self._frame, k, found, placement))
+        if not missing:  # every object placed where the images show it, or found where the twin has it
+            assert self.detector is not None
+            self.detector.confirm()
+        if placed_any:
+            self.correction.reset()
+            log.info("re-acquired at frame %d: %s", self._frame,
+                     ", ".join(f"object {a.object} → ({a.search.pos[0]:.3f}, {a.search.pos[1]:.3f}) m, "
+                               f"{np.degrees(a.search.yaw):.0f}°" for a in attempts if a.placed))  # fmt: skip
+        # An object that could not be placed (not seen, nothing reliable, blocked) is searched again soon; once
+        # all are placed or confirmed, only if the detector has not re-armed a while later.
+        self._next_search = self._frame + (self.config.retry_frames if missing else self.config.recheck_frames)
+        self.reacquisitions.extend(attempts)
+        return tuple(attempts)
 
     def _read_cameras(self) -> np.ndarray | None:
         """All cameras' latest frames (C,H,W,3) uint8, or None (no correction this frame) if one has stalled."""
@@ -209,3 +312,11 @@ class Runtime:
     def desynced(self) -> bool:
         """Whether the desync detector currently says the twin is out of sync with reality."""
         return self.detector is not None and self.detector.desynced
+
+
+def _evidence(sightings: tuple[ObjectSighting, ...]) -> tuple[float, float]:
+    """The detector's sighting evidence: the largest distance between a seen object and the twin's, m (NaN: none
+    seen), and the smallest mean shape overlap of an object over the cameras (NaN: none measurable)."""
+    distances = [s.distance for s in sightings if s.seen]
+    overlaps = [float(np.nanmean(s.overlap)) for s in sightings if s.seen and np.isfinite(s.overlap).any()]
+    return (max(distances) if distances else float("nan")), (min(overlaps) if overlaps else float("nan"))

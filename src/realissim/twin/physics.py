@@ -197,6 +197,19 @@ class TwinPhysics:
         ctrl[self.layout.actuators] = clipped
         return clipped
 
+    def set_robot(self, q: ArrayLike) -> np.ndarray:
+        """Put the robot's joints at q (J,) rad (clipped to their limits), at rest, with q′ = q and q̇′ = 0 (it
+        holds there), then `mj_forward`; returns the q set. For re-acquisition: the twin arm moved to the real
+        arm's measured joints. Raises ValueError for NaN/inf or a wrong shape."""
+        clipped, _ = check_targets(self.layout, q)
+        d = self.data
+        d.qpos[self.layout.robot_qpos] = clipped
+        d.qvel[self.layout.robot_dof] = 0.0
+        d.qacc_warmstart[self.layout.robot_dof] = 0.0
+        self.set_joint_targets(clipped, np.zeros_like(clipped))
+        mujoco.mj_forward(self.model, d)
+        return clipped
+
     def apply_wrench(self, obj: str | int, force_W: ArrayLike, torque_W: ArrayLike) -> None:
         """Apply force (3,) N and torque (3,) N·m, world frame, at the object's centre of mass during
         the next frame only; replaces any wrench already pending on that object."""
