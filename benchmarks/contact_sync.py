@@ -35,6 +35,10 @@ KEYS = (
     ("pos_err_max_mm", "position error, max (mm)"),
     ("yaw_err_p95_deg", "yaw error, p95 (deg)"),
     ("silent_loss_s", "silent loss > 2 cm (s)"),
+    ("longest_silent_loss_s", "longest silent loss (s)"),
+    ("desynced_s", "flagged out of sync (s)"),
+    ("reacquisitions", "re-acquisitions"),
+    ("reacquire_ms", "re-acquisition cost, median (ms)"),
     ("detector_recall", "detector recall"),
     ("false_alarms_per_min", "false alarms per min"),
     ("moving_fraction", "frames with the T moving"),
@@ -97,7 +101,8 @@ def sweep(args: Args) -> dict:
             rows[name] = {"set": "tune" if i < args.tune else "held-out", **describe(gap), **out}
     params = ("friction", "mass", "com_mm", "latency_ms", "cam_rot_deg", "shadows")
     shown = ("pos_err_median_mm", "pos_err_p95_mm", "pos_err_p95_moving_mm", "pos_err_max_mm", "yaw_err_p95_deg",
-             "silent_loss_s", "detector_recall", "false_alarms_per_min")  # fmt: skip
+             "silent_loss_s", "longest_silent_loss_s", "detector_recall", "false_alarms_per_min", "desynced_s",
+             "reacquisitions")  # fmt: skip
     print(f"gap sweep (seed {args.sweep_seed}), contact-rich seed {args.seed}, {args.seconds:g} s, correction on")
     print("| profile | set | " + " | ".join(params + shown) + " |")
     print("|" + "---|" * (2 + len(params) + len(shown)))

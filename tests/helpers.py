@@ -6,7 +6,9 @@ import math
 
 import numpy as np
 
+from realissim.expert.scripted import ScriptedPush
 from realissim.geometry import yaw_quat
+from realissim.policy import ActionChunk, Observation
 from realissim.spec.scene import Pose, SceneSpec
 from realissim.spec.state import StartState
 
@@ -35,3 +37,15 @@ BAD_STARTS = [
     ({"objects": (Pose((math.nan, 0.0, 0.02)),)}, "objects[0].pos"),
 ]
 """(changes to a scene's start state that make it unfit, the field the error must name)."""
+
+
+def scripted_targets(scene: SceneSpec, dt: float, n: int) -> np.ndarray:
+    """(n, J) per-frame joint targets of the scripted push from the scene's start (then holding)."""
+    start = StartState.of_scene(scene)
+    q = start.q_array
+    observation = Observation(np.float64(0.0), q, np.zeros_like(q), q, start.object_pos, start.object_quat)
+    policy = ScriptedPush(scene)
+    plan = policy.plan(observation)
+    step = policy.config.horizon / policy.config.waypoints
+    chunk = ActionChunk(plan[1:], np.zeros(len(plan) - 1), horizon=step * (len(plan) - 1))
+    return chunk.targets(plan[0], dt, n)[0]

@@ -82,3 +82,19 @@ def test_fires_when_the_cameras_see_the_object_elsewhere_and_rearms_when_they_ag
         assert det.update(1e-3, distance=0.001)  # agreeing again, but re-arming takes `frames`
     assert not det.update(1e-3, distance=0.001)
     assert [kind for _, kind in det.events] == ["fired", "re-armed"]
+
+
+def test_an_alarm_that_ends_a_loss_at_once_is_not_a_false_alarm() -> None:
+    """A loss of 0.1 s that the alarm's re-acquisition ends in the alarm's first frame: the error is gone
+    during the alarm, but it followed a real loss within `within`, so it is not false; one 1 s later is."""
+    from realissim.eval.sync.metrics import detector_score
+
+    t = np.arange(600) / 60
+    err = np.full(600, 0.002)
+    err[100:106] = 0.04  # the loss, shorter than an oracle episode's 0.25 s
+    flags = np.zeros(600, dtype=bool)
+    flags[106:130] = True  # fired after 6 frames; the twin was put right in that frame
+    flags[300:320] = True  # an alarm with no loss anywhere near it
+    score = detector_score(t, err, flags, min_duration=0.25, within=0.25)
+    assert score["false_alarms"] == 1 and score["alarms"] == 2
+    assert detector_score(t, err, flags)["false_alarms"] == 2  # without `within`: judged on the alarm alone

@@ -8,26 +8,12 @@ import time
 import numpy as np
 import pytest
 
+from helpers import scripted_targets
 from realissim.eval.sync.metrics import SyncRecorder
-from realissim.expert.scripted import ScriptedPush
 from realissim.geometry import yaw_quat
-from realissim.policy import ActionChunk, Observation
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
 from realissim.runtime import Runtime, RuntimeConfig
 from realissim.spec.scene import SceneSpec
-from realissim.spec.state import StartState
-
-
-def scripted_targets(scene: SceneSpec, dt: float, n: int) -> np.ndarray:
-    """(n, J) per-frame joint targets of the scripted push from the scene's start (then holding)."""
-    start = StartState.of_scene(scene)
-    q = start.q_array
-    observation = Observation(np.float64(0.0), q, np.zeros_like(q), q, start.object_pos, start.object_quat)
-    policy = ScriptedPush(scene)
-    plan = policy.plan(observation)
-    step = policy.config.horizon / policy.config.waypoints
-    chunk = ActionChunk(plan[1:], np.zeros(len(plan) - 1), horizon=step * (len(plan) - 1))
-    return chunk.targets(plan[0], dt, n)[0]
 
 
 def test_sync_recorder_errors_and_recovery() -> None:
@@ -67,7 +53,7 @@ def test_online_lockstep_frames_couple_twin_and_world(scene: SceneSpec) -> None:
             report = runtime.frame(q)
         assert world.clock.now() == pytest.approx(t0 + 1.0)
         parts = {f"correct.{k}" for k in ("prepare", "forward", "backward", "optimiser")}
-        assert set(report.timing) == {"sense", "correct", "physics", "follow", "world"} | parts
+        assert set(report.timing) == {"sense", "correct", "sight", "physics", "follow", "world"} | parts
         assert sum(report.timing[k] for k in parts) == pytest.approx(report.timing["correct"], rel=0.2)
         assert not report.desynced
         assert report.correction is not None and report.correction.wrenches.shape == (1, 6)

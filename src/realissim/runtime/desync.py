@@ -14,10 +14,13 @@ detector that drifting is normal.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,17 @@ class DesyncDetector:
         if not self.desynced and fire:
             self.desynced = True
             self.events.append((self._frame, "fired"))
+            why = [
+                name
+                for name, hit in (
+                    ("residual", self._high >= cfg.frames),
+                    ("sighting distance", self._away >= cfg.sight_frames),
+                    ("shape overlap", self._skewed >= cfg.overlap_frames),
+                )
+                if hit
+            ]
+            log.info("desync fired at frame %d (%s): residual %.3g (baseline %.3g), seen %.1f mm away, overlap %.2f",
+                     self._frame, ", ".join(why), residual, base, 1e3 * d, o)  # fmt: skip
         elif self.desynced and self._low >= cfg.frames:
             self.desynced = self._confirmed = False
             self.events.append((self._frame, "re-armed"))

@@ -103,7 +103,8 @@ class FrameReport:
     """One frame: the twin's state after it, the correction (None when off or paused), the real arm's measured
     joints q_real (J,) rad and the real images (C,H,W,3) uint8 read this frame (None offline or when not
     read), and the time each stage took, s (keys: sense = reading the arm and the frames, correct (with its
-    parts correct.prepare, correct.forward, correct.backward, correct.optimiser), physics, follow, world)."""
+    parts correct.prepare, correct.forward, correct.backward, correct.optimiser), sight = the sighting and the
+    detector, reacquire = the search and placement when they ran, physics, follow, world)."""
 
     state: TwinState
     correction: CorrectionResult | None

@@ -94,10 +94,11 @@ def detector_score(
     An oracle episode is a run of frames with position error > `threshold` m lasting more than `min_duration`
     s; the detector hits it if it reports desync at a frame of the episode — within `within` s of its start,
     if given (a detector already firing when the episode starts hits it). A detector alarm (a run of frames it
-    reports desync) is false if the oracle error stays ≤ `threshold` throughout it. Also returns the recall
-    (hits / episodes; 1 when there are none), false alarms per minute of in-sync running, the frames of each
-    kind, the length (s) of each missed episode, and the silent loss: seconds with error > `threshold` while
-    the detector said in sync (in all, and the longest such stretch)."""
+    reports desync) is false if the oracle error stays ≤ `threshold` throughout it and, given `within`, over the
+    `within` s before it (a loss the alarm's re-acquisition ended at once leaves no error during the alarm).
+    Also returns the recall (hits / episodes; 1 when there are none), false alarms per minute of in-sync
+    running, the frames of each kind, the length (s) of each missed episode, and the silent loss: seconds with
+    error > `threshold` while the detector said in sync (in all, and the longest such stretch)."""
     times, pos_err, desynced = np.asarray(times), np.asarray(pos_err), np.asarray(desynced, dtype=bool)
     dt = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
     bad = pos_err > threshold
@@ -110,7 +111,10 @@ def detector_score(
 
     hits = [e for e in episodes if hit(e)]
     missed = [e for e in episodes if not hit(e)]
-    false = [a for a in alarms if not bad[a[0] : a[1]].any()]
+    # An alarm is false when the error stays within the threshold throughout it and over the `within` window
+    # before it (an alarm raised on a loss that its own re-acquisition ended at once is a hit, not a false one).
+    lead = 0 if within is None else window - 1
+    false = [a for a in alarms if not bad[max(0, a[0] - lead) : a[1]].any()]
     silent = bad & ~desynced
     in_sync_min = float((~bad).sum()) * dt / 60.0
     return {

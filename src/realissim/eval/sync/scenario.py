@@ -172,6 +172,9 @@ def run_scenario(
     out["frames_per_iteration"] = episode.frames / max(sync.corrected, 1)
     out["desync_events"] = [(frame * env.dt, kind) for frame, kind in events]
     out["timing_ms"] = {key: 1e3 * float(np.median(v)) for key, v in sync.timings.items()}
+    out["reacquire_ms"] = out["timing_ms"].get("reacquire", 0.0)  # median over the frames that searched
+    out["reacquisitions"] = episode.reacquisitions
+    out["desynced_s"] = episode.desynced_s
     out["task"] = episode.final
     times, errors = np.asarray(sync.recorder.times), np.asarray(sync.recorder.pos_err)
     score = detector_score(times, errors, np.asarray(sync.desynced), min_duration=LOSS_MIN_S, within=LOSS_MIN_S)

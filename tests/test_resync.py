@@ -1,0 +1,147 @@
+"""The runtime finds a lost object again: the detector fires on a loss (from images alone), the follower holds
+the real arm, a global search puts the twin's object where the cameras see it, and the loop resumes; over an
+episode in sync the detector stays quiet. Online over the surrogate, lock-step, 3 cameras at 160 × 90."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from helpers import scripted_targets
+from realissim.geometry import quat_yaw, yaw_quat
+from realissim.real.surrogate import Surrogate, SurrogateConfig
+from realissim.runtime.loop import FrameReport, Runtime, RuntimeConfig
+from realissim.spec.scene import SceneSpec
+from realissim.twin.reacquire import place_object
+
+pytestmark = pytest.mark.slow
+
+FPS = 60
+
+
+@pytest.fixture(scope="module")
+def online(scene: SceneSpec) -> Iterator[tuple[Surrogate, Runtime]]:
+    """A surrogate and a runtime calibrated to it at the scene's start (as `Env` does on its first reset)."""
+    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90), seed=3)) as world:
+        runtime = Runtime(scene, RuntimeConfig(), world)
+        runtime.reset()
+        runtime.calibrate()
+        yield world, runtime
+
+
+def _errors(world: Surrogate, report: FrameReport) -> tuple[float, float]:
+    """The twin's T against the oracle (evaluation only): planar position error, m, and yaw error, rad."""
+    truth = world.oracle.read()
+    pos = float(np.linalg.norm(report.state.object_pos[0, :2] - truth.object_pos[0, :2]))
+    yaw = abs(math.remainder(quat_yaw(report.state.object_quat[0]) - quat_yaw(truth.object_quat[0]), 2 * math.pi))
+    return pos, yaw
+
+
+def _teleport(runtime: Runtime, distance: float, turn: float, direction: float) -> None:
+    """Move the twin's T (not the real one) `distance` m in the planar direction `direction` rad and turn it by
+    `turn` rad; it must land clear of the arm."""
+    s = runtime.twin.state()
+    pos = s.object_pos[0] + distance * np.array([math.cos(direction), math.sin(direction), 0.0])
+    placed = place_object(runtime.twin, 0, pos, yaw_quat(quat_yaw(s.object_quat[0]) + turn))
+    assert placed.placed and not placed.shift.any()
+
+
+def _settle(runtime: Runtime, home: np.ndarray, frames: int) -> FrameReport:
+    report = None
+    for _ in range(frames):
+        report = runtime.frame(home)
+        assert not report.desynced, "the detector fired while twin and world agree"
+    assert report is not None
+    return report
+
+
+@pytest.mark.parametrize("direction", [0.6, 3.5])
+def test_a_t_teleported_15_cm_and_90_degrees_away_is_resynced_within_a_second(
+    online: tuple[Surrogate, Runtime], direction: float
+) -> None:
+    world, runtime = online
+    home = np.asarray(runtime.scene.robot.home)
+    runtime.reset()
+    _settle(runtime, home, 15)
+    _teleport(runtime, 0.15, math.pi / 2, direction)
+    fired = rearmed = None
+    for frame in range(FPS):
+        report = runtime.frame(home)
+        if report.desynced and fired is None:
+            fired = frame
+        if fired is not None and not report.desynced:
+            rearmed = frame
+            break
+    assert fired is not None and fired <= 12, "the detector must fire within 0.2 s of the loss"
+    assert runtime.reacquisitions and runtime.reacquisitions[0].placed
+    assert rearmed is not None, "the twin must be back in sync (detector re-armed) within 1 s"
+    pos, yaw = _errors(world, report)
+    assert pos < 0.01 and yaw < math.radians(3.0), (pos, math.degrees(yaw))
+
+
+def test_the_detector_fires_on_a_forced_loss_and_the_follower_holds(scene: SceneSpec) -> None:
+    """Re-acquisition off: the twin's T held 6 cm from the real one must be flagged, and while flagged the
+    real arm must not move however the policy commands it."""
+    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90), seed=4)) as world:
+        runtime = Runtime(scene, RuntimeConfig(reacquire=False), world)
+        runtime.reset()
+        runtime.calibrate()
+        home = np.asarray(scene.robot.home)
+        _settle(runtime, home, 10)
+        held = runtime.twin.state().object_pos[0] + np.array([0.0, 0.06, 0.0])
+        quat = runtime.twin.state().object_quat[0]
+        fired = None
+        for frame in range(30):
+            place_object(runtime.twin, 0, held, quat)  # keep the twin's T away from the real one
+            report = runtime.frame(home)
+            if report.desynced and fired is None:
+                fired = frame
+        assert fired is not None and fired <= 12
+        q_held = world.oracle.read().q.copy()
+        away = home + np.array([0.15, 0.1, 0.0, -0.1, 0.0, 0.1, 0.0])
+        for _ in range(30):
+            place_object(runtime.twin, 0, held, quat)
+            report = runtime.frame(away)
+            assert report.desynced
+        assert np.abs(world.oracle.read().q - q_held).max() < 0.01, "the real arm moved while desynced"
+        assert not runtime.reacquisitions
+
+
+def test_after_reacquisition_the_follower_resumes(online: tuple[Surrogate, Runtime]) -> None:
+    world, runtime = online
+    home = np.asarray(runtime.scene.robot.home)
+    runtime.reset()
+    _settle(runtime, home, 10)
+    _teleport(runtime, 0.12, -math.pi / 2, 2.0)
+    away = home + np.array([0.1, 0.0, 0.0, -0.08, 0.0, 0.08, 0.0])  # above the table, clear of the T
+    q0 = world.oracle.read().q.copy()
+    desynced = []
+    for _ in range(2 * FPS):
+        desynced.append(runtime.frame(away).desynced)
+    assert any(desynced) and not desynced[-1], "fired, then re-armed after the re-acquisition"
+    assert np.abs(world.oracle.read().q - away).max() < 0.02, "the real arm must reach the new target"
+    assert np.abs(q0 - away).max() > 0.05
+
+
+def test_the_detector_stays_quiet_over_an_episode_in_sync(online: tuple[Surrogate, Runtime]) -> None:
+    """The scene's scripted push of the T, then holding: 5 s, no alarm, no search."""
+    world, runtime = online
+    runtime.reset()
+    targets = scripted_targets(runtime.scene, runtime.dt, 5 * FPS)
+    moved, start = 0.0, world.oracle.read().object_pos[0, :2].copy()
+    for k, q in enumerate(targets):
+        report = runtime.frame(q)
+        assert not report.desynced, f"false alarm at {k / FPS:.2f} s"
+        moved = max(moved, float(np.linalg.norm(world.oracle.read().object_pos[0, :2] - start)))
+    assert not runtime.reacquisitions
+    assert moved > 0.03, "the episode must actually push the T"
+    assert _errors(world, report)[0] < 0.01
+
+
+def test_runtime_config_rejects_bad_retry_periods() -> None:
+    with pytest.raises(ValueError, match="retry_frames"):
+        replace(RuntimeConfig(), retry_frames=0)
