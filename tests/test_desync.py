@@ -98,3 +98,20 @@ def test_an_alarm_that_ends_a_loss_at_once_is_not_a_false_alarm() -> None:
     score = detector_score(t, err, flags, min_duration=0.25, within=0.25)
     assert score["false_alarms"] == 1 and score["alarms"] == 2
     assert detector_score(t, err, flags)["false_alarms"] == 2  # without `within`: judged on the alarm alone
+
+
+def test_yaw_error_of_a_t_flipped_over_compares_footprints() -> None:
+    """A T turned upside down about its stem axis (body y) has an upright twin's footprint at the same yaw;
+    the yaw error must be ~0 there, and still the turn between two upright bodies."""
+    from realissim.eval.sync.metrics import pose_errors
+    from realissim.geometry import axis_angle_quat, quat_mul, yaw_quat
+
+    yaw = 0.7
+    upright = yaw_quat(yaw)
+    flipped = quat_mul(upright, axis_angle_quat(np.array([0.0, 1.0, 0.0]), np.pi))
+    _, err = pose_errors(np.zeros(3), upright, np.zeros(3), flipped)
+    assert err == pytest.approx(0.0, abs=1e-9)
+    _, err = pose_errors(np.zeros(3), yaw_quat(yaw + 0.3), np.zeros(3), upright)
+    assert err == pytest.approx(0.3, abs=1e-9)
+    _, err = pose_errors(np.zeros(3), yaw_quat(yaw + np.pi), np.zeros(3), upright)  # turned, not flipped
+    assert err == pytest.approx(np.pi, abs=1e-9)

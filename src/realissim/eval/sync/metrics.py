@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
-from realissim.geometry import quat_yaw
+from realissim.geometry import quat_to_mat
 
 RECOVERED_M = 0.005
 """An object counts as re-converged once its position error stays below this, m."""
@@ -18,9 +18,18 @@ def pose_errors(
     twin_pos: ArrayLike, twin_quat: ArrayLike, true_pos: ArrayLike, true_quat: ArrayLike
 ) -> tuple[float, float]:
     """An object's position error, m (3D distance), and yaw error, rad in [0, π], twin against truth (pos (3,)
-    m, quat (4,) wxyz)."""
-    d = quat_yaw(np.asarray(twin_quat)) - quat_yaw(np.asarray(true_quat))
-    return float(np.linalg.norm(np.asarray(twin_pos) - np.asarray(true_pos))), abs(math.atan2(math.sin(d), math.cos(d)))
+    m, quat (4,) wxyz).
+
+    The yaw error is the smaller of the differences in heading of the body x axes and of the body y axes (each
+    projected on the table). For two bodies the same way up both are equal; for one turned upside down (a T the
+    pusher flipped over about its stem axis: the same footprint, but body x reversed) only the axis it turned
+    about still compares the footprints, and x alone would report 180°."""
+    twin_R, true_R = quat_to_mat(np.asarray(twin_quat)), quat_to_mat(np.asarray(true_quat))
+    errors = []
+    for axis in (0, 1):
+        d = math.atan2(twin_R[1, axis], twin_R[0, axis]) - math.atan2(true_R[1, axis], true_R[0, axis])
+        errors.append(abs(math.atan2(math.sin(d), math.cos(d))))
+    return float(np.linalg.norm(np.asarray(twin_pos) - np.asarray(true_pos))), min(errors)
 
 
 @dataclass
