@@ -198,6 +198,9 @@ class Runtime:
             refine_cameras(views, xpos, xquat, images[0], self.config.camera_refine)
             if self.config.fit_colors:
                 fit_colors(views, xpos, xquat, images, self.config.color_fit)
+        if self.sighting is not None:
+            offsets = self.sighting.calibrate(self.twin, q_real, images[0].numpy())
+            log.info("sighting biases per camera (mm): %s", np.round(1e3 * offsets, 1).tolist())
         log.info("calibrated the twin's appearance to the cameras in %.2f s", time.perf_counter() - t0)
 
     def frame(self, q_target: ArrayLike, correct: bool = True) -> FrameReport:
