@@ -84,6 +84,24 @@ def test_fires_when_the_cameras_see_the_object_elsewhere_and_rearms_when_they_ag
     assert [kind for _, kind in det.events] == ["fired", "re-armed"]
 
 
+def test_the_sightings_own_error_widens_its_thresholds_and_a_confirmation_rearms_on_agreement() -> None:
+    """With a 15 mm sighting error measured at calibration, 25 mm is no alarm (it would be without), 45 mm is;
+    after a re-acquisition's confirmation it re-arms on agreement although the residual stays high."""
+    cfg = DesyncConfig(warmup=10, frames=10, sight_frames=6, sight_distance=0.02)
+    plain, slack = DesyncDetector(cfg), DesyncDetector(cfg)
+    slack.sight_slack = 0.015
+    for _ in range(20):
+        plain.update(1e-3, distance=0.015)
+        slack.update(1e-3, distance=0.015)
+    assert not any(slack.update(1e-3, distance=0.025) for _ in range(10))
+    assert any(plain.update(1e-3, distance=0.025) for _ in range(10))
+    assert any(slack.update(1e-3, distance=0.045) for _ in range(10))
+    for _ in range(30):  # agreeing, but the residual stays 2× its baseline: no re-arm ...
+        assert slack.update(2e-3, distance=0.01)
+    slack.confirm()  # ... until a re-acquisition confirms the twin
+    assert [slack.update(2e-3, distance=0.01) for _ in range(10)] == [True] * 9 + [False]
+
+
 def test_an_alarm_that_ends_a_loss_at_once_is_not_a_false_alarm() -> None:
     """A loss of 0.1 s that the alarm's re-acquisition ends in the alarm's first frame: the error is gone
     during the alarm, but it followed a real loss within `within`, so it is not false; one 1 s later is."""

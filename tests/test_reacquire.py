@@ -24,7 +24,6 @@ from realissim.twin.kinematics import PusherIK
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
 from realissim.twin.reacquire import ObjectSearch, PlacementConfig, SearchConfig, place_object
 from realissim.twin.sighting import (
-    Sighting,
     SightingConfig,
     _classify_kernel,
     _splat_kernel,
@@ -150,21 +149,6 @@ def test_sighting_measures_how_far_the_twin_is_from_the_seen_t(rig: Rig, seed: i
     turned = rig.search.sighting.observe(rig.twin, q_real, images)[0]
     assert turned.distance < 0.015
     assert turned.overlap.mean() < 0.7 and turned.overlap.mean() < agree.overlap.min() - 0.05, turned.overlap
-
-
-def test_sighting_calibration_removes_each_cameras_bias(rig: Rig) -> None:
-    """Offsets measured at one known state (as `Runtime.calibrate` does) bring the in-sync distance there to 0
-    and leave a real displacement measured as before."""
-    sighting = Sighting(rig.search.views, rig.twin.model)
-    real, _ = _teleport(2)
-    q_real, images = rig.stage(real, real)
-    before = sighting.observe(rig.twin, q_real, images)[0]
-    offsets = sighting.calibrate(rig.twin, q_real, images)
-    np.testing.assert_allclose(offsets[0], before.camera_positions - before.twin_position[:2], atol=1e-12)
-    assert sighting.observe(rig.twin, q_real, images)[0].distance < 1e-9
-    q_real, images = rig.stage(real, (real[0] + 0.05, real[1], real[2]))
-    moved = sighting.observe(rig.twin, q_real, images)[0]
-    assert abs(moved.distance - 0.05) < 0.01, moved.distance
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -57,6 +57,9 @@ class DesyncDetector:
         self._high = self._low = self._away = self._skewed = 0
         self.desynced = False
         self._confirmed = False
+        self.sight_slack = 0.0
+        """m added to the sighting's thresholds: its error where the twin is known to be right (set at
+        calibration; under shade and shadows the colour sighting is off by up to ~2 cm there)."""
         self.events: list[tuple[int, str]] = []
         """(frame, "fired" | "re-armed") in order."""
         self._frame = 0
@@ -95,9 +98,9 @@ class DesyncDetector:
         base = self.baseline
         d = float("nan") if distance is None else float(distance)
         o = float("nan") if overlap is None else float(overlap)
-        away = d > cfg.sight_distance  # False for NaN: not seen is no evidence
+        away = d > cfg.sight_distance + self.sight_slack  # False for NaN: not seen is no evidence
         skewed = o < cfg.min_overlap
-        agrees = not d > 0.5 * cfg.sight_distance and not skewed
+        agrees = not d > 0.5 * cfg.sight_distance + self.sight_slack and not skewed
         high = residual > cfg.rise * base or force_saturated
         low = (residual < cfg.recover * base or self._confirmed) and agrees
         self._high = self._high + 1 if high else 0

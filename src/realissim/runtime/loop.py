@@ -198,9 +198,12 @@ class Runtime:
             refine_cameras(views, xpos, xquat, images[0], self.config.camera_refine)
             if self.config.fit_colors:
                 fit_colors(views, xpos, xquat, images, self.config.color_fit)
-        if self.sighting is not None:
-            offsets = self.sighting.calibrate(self.twin, q_real, images[0].numpy())
-            log.info("sighting biases per camera (mm): %s", np.round(1e3 * offsets, 1).tolist())
+        if self.sighting is not None and self.detector is not None:
+            # How far the sighting puts the objects from where they are known to be: its own error here (shade,
+            # shadows, the cameras' remaining calibration error), which the detector's thresholds allow for.
+            seen = [s.distance for s in self.sighting.observe(self.twin, q_real, images[0].numpy()) if s.seen]
+            self.detector.sight_slack = max(seen, default=0.0)
+            log.info("sighting error at calibration: %.1f mm", 1e3 * self.detector.sight_slack)
         log.info("calibrated the twin's appearance to the cameras in %.2f s", time.perf_counter() - t0)
 
     def frame(self, q_target: ArrayLike, correct: bool = True) -> FrameReport:

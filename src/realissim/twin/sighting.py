@@ -142,22 +142,6 @@ class Sighting:
         self.object_radius = np.array([planar[self._label == i].max() for i in range(k)])
         """(K,) m: each object's planar reach from its body origin (its Gaussians' means)."""
         self._cache: tuple[object, ...] = ()
-        self.offsets = np.zeros((k, len(views.cameras), 2))
-        """(K,C,2) m: each camera's bias in its estimate of each object's position, measured by `calibrate` (where
-        the cameras see the object in a known state) and subtracted from its estimates; zero until then."""
-
-    def calibrate(self, twin: TwinPhysics, q_real: ArrayLike, images: np.ndarray | Tensor) -> np.ndarray:
-        """Measure each camera's bias with the twin known to agree with the world (right after a reset, as the
-        appearance calibration): its estimate minus the twin's position, per object. Shade and shadows hide
-        parts of an object from the colour test in some cameras (a face turned from the light, the arm's shadow)
-        and shift their estimates by up to ~2.5 cm. Returns the offsets (K,C,2) m (zero for a camera that
-        does not see the object)."""
-        self.offsets[:] = 0.0
-        sightings = self.observe(twin, q_real, images)
-        for k, seen in enumerate(sightings):
-            bias = seen.camera_positions - seen.twin_position[:2]
-            self.offsets[k] = np.where(np.isfinite(bias), bias, 0.0)
-        return self.offsets.copy()
 
     def observe(self, twin: TwinPhysics, q_real: ArrayLike, images: np.ndarray | Tensor) -> list[ObjectSighting]:
         """This frame's sightings of `twin`'s objects, with the robot at the real arm's measured joints q_real
@@ -224,7 +208,7 @@ class Sighting:
             if len(pts) < cfg.min_pixels:
                 continue
             bias = ref.mean(axis=0) - twin_pos[:2] if len(ref) >= cfg.min_pixels else np.zeros(2)
-            estimates[c] = pts.mean(axis=0) - bias - self.offsets[k, c]
+            estimates[c] = pts.mean(axis=0) - bias
         seeing = np.isfinite(estimates[:, 0])
         ok = int(seeing.sum()) >= cfg.min_cameras
         position = np.full(2, np.nan)
