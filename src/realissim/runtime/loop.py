@@ -244,8 +244,8 @@ class Runtime:
         if self.desynced:  # hold the twin arm with the real one, so the two stay consistent until re-armed
             if self._held_target is None:  # where the real arm was when the detector fired (the twin's is ahead
                 # of it by the follower's lag, possibly inside the real object the twin lost)
-                actual = self.twin.data.ctrl[self.twin.layout.actuators]
-                self._held_target = (q_real if q_real is not None else actual).copy()
+                held = q_real if q_real is not None else self.twin.data.ctrl[self.twin.layout.actuators]
+                self._held_target = held.copy()
             q_target = self._held_target
         else:
             self._held_target = None
@@ -266,37 +266,37 @@ class Runtime:
     def _reacquire(self, q_real: np.ndarray, images: np.ndarray) -> tuple[Reacquisition, ...]:
         """Search every object in this frame's images; put each found one where the search found it (the twin arm
         first moved to the real arm's joints), unless the twin's pose scores as well (then the twin was right
-        about it). After a placement the correction's
-        accumulated state is cleared (it belonged to the lost pose). Not placed: retried after `retry_frames`."""
-        assert self.search is not None and self.correction is not None
+        about it). After a placement the correction's accumulated state is cleared (it belonged to the lost
+        pose). An object neither placed nor confirmed is searched again after `retry_frames`."""
+        assert self.search is not None and self.sighting is not None and self.correction is not None
+        assert self.detector is not None
         attempts = []
-        placed_any, missing = False, False
-        for k in range(len(self.sighting.object_bodies) if self.sighting is not None else 0):
+        settled = True  # every object placed where the images show it, or found where the twin has it
+        for k in range(len(self.sighting.object_bodies)):
             found = self.search.search(self.twin, q_real, images, k)
-            placement = None
             # Placed only when the found pose explains clearly more of the images than the twin's (the loss
             # they remove from the object-absent loss); else the twin was right about the object.
             gain = found.empty_score - found.score
             better = found.found and (found.empty_score - found.current_score) < self.config.confirm_fraction * gain
+            placement = None
             if better:
                 # The twin arm to the real one first (they are held together), so the object is placed clear of
                 # where the real arm is, not of where the twin's ran ahead to.
                 self._held_target = self.twin.set_robot(q_real)
                 placement = place_object(self.twin, k, found.pos, found.quat, self.config.placement)
-                placed_any |= placement.placed
-            missing |= not (placement is not None and placement.placed) and not (found.found and not better)
-            attempts.append(Reacquisition(self._frame, k, found, placement))
-        if not missing:  # every object placed where the images show it, or found where the twin has it
-            assert self.detector is not None
+            attempt = Reacquisition(self._frame, k, found, placement)
+            settled &= attempt.placed or (found.found and not better)
+            attempts.append(attempt)
+        if settled:
             self.detector.confirm()
-        if placed_any:
+        if any(a.placed for a in attempts):
             self.correction.reset()
             log.info("re-acquired at frame %d: %s", self._frame,
                      ", ".join(f"object {a.object} → ({a.search.pos[0]:.3f}, {a.search.pos[1]:.3f}) m, "
                                f"{np.degrees(a.search.yaw):.0f}°" for a in attempts if a.placed))  # fmt: skip
-        # An object that could not be placed (not seen, nothing reliable, blocked) is searched again soon; once
-        # all are placed or confirmed, only if the detector has not re-armed a while later.
-        self._next_search = self._frame + (self.config.retry_frames if missing else self.config.recheck_frames)
+        # Unsettled (not seen, nothing reliable, blocked): searched again soon; settled: only if the detector has
+        # not re-armed a while later.
+        self._next_search = self._frame + (self.config.recheck_frames if settled else self.config.retry_frames)
         self.reacquisitions.extend(attempts)
         return tuple(attempts)
 
