@@ -22,7 +22,8 @@ from realissim.twin.camera_refine import refine_cameras
 from realissim.twin.color_fit import fit_colors
 from realissim.twin.kinematics import PusherIK
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
-from realissim.twin.reacquire import ObjectSearch, PlacementConfig, SearchConfig, place_object
+from realissim.twin.placement import PlacementConfig, place_object
+from realissim.twin.reacquire import ObjectSearch, SearchConfig
 from realissim.twin.sighting import (
     SightingConfig,
     _classify_kernel,

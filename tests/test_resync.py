@@ -16,7 +16,7 @@ from realissim.geometry import quat_yaw, yaw_quat
 from realissim.real.surrogate import Surrogate, SurrogateConfig
 from realissim.runtime.loop import FrameReport, Runtime, RuntimeConfig
 from realissim.spec.scene import SceneSpec
-from realissim.twin.reacquire import place_object
+from realissim.twin.placement import place_object
 
 pytestmark = pytest.mark.slow
 

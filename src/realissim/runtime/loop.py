@@ -27,7 +27,8 @@ from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras
 from realissim.twin.color_fit import ColorFitConfig, fit_colors
 from realissim.twin.correction import CorrectionConfig, CorrectionResult, VisualCorrection
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
-from realissim.twin.reacquire import ObjectSearch, Placement, PlacementConfig, SearchConfig, SearchResult, place_object
+from realissim.twin.placement import Placement, PlacementConfig, place_object
+from realissim.twin.reacquire import ObjectSearch, SearchConfig, SearchResult
 from realissim.twin.sighting import ObjectSighting, Sighting, SightingConfig
 from realissim.twin.state import TwinState, rest_state
 from realissim.twin.views import TwinViews
