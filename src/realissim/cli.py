@@ -6,7 +6,7 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import tyro
 
@@ -180,6 +180,130 @@ class SurrogateRun:
         return 0
 
 
+@dataclass
+class Collect:
+    """Record demonstrations through the twin into an episode store (zarr): the task's expert, offline or online
+    over a surrogate real world; a progress bar; running it again on the same dataset appends more episodes.
+    Failed episodes are kept, marked failed (excluded downstream by default)."""
+
+    task: str = "pusht"
+    """Task name."""
+    episodes: int = 10
+    """Episodes to add."""
+    out: Path = Path("data/pusht_expert")
+    """The dataset (created, or appended to)."""
+    online: bool = False
+    """Through the surrogate real world (lock-step; correction and follower on)."""
+    gap: Path | None = None
+    """Reality-gap profile JSON for --online (None: the default profile)."""
+    policy: Literal["expert", "teleop"] = "expert"
+    """The demonstrator (teleop: use `realissim teleop --out DATASET`)."""
+    seed: int = 0
+    """Seed of the starts and of the world."""
+    max_seconds: float = 60.0
+    """Time limit per episode, simulated s."""
+    record_images: bool = False
+    """Online: store the real camera frames too."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def run(self) -> int:
+        from realissim.collect import CollectConfig, collect
+        from realissim.data.store import DatasetError
+        from realissim.real.surrogate.process import SurrogateError
+
+        if self.policy == "teleop":
+            print("teleoperated episodes are recorded in the browser: realissim teleop --out DATASET", file=sys.stderr)
+            return 2
+        try:
+            config = CollectConfig(task=self.task, episodes=self.episodes, out=self.out, online=self.online,
+                                   gap=self.gap, policy=self.policy, seed=self.seed, max_seconds=self.max_seconds,
+                                   record_images=self.record_images, progress=self.progress)  # fmt: skip
+            report = collect(config)
+        except (SpecError, ValueError, KeyError) as err:
+            print(f"invalid option: {err}", file=sys.stderr)
+            return 2
+        except DatasetError as err:
+            print(f"dataset error: {err}", file=sys.stderr)
+            return 3
+        except SurrogateError as err:
+            print(f"surrogate failed: {err}", file=sys.stderr)
+            return 3
+        _print_report(f"Collected {self.task} demonstrations ({'online' if self.online else 'offline'})",
+                      report.as_dict(), None)  # fmt: skip
+        print(f"dataset: {self.out}")
+        return 0
+
+
+@dataclass
+class Data:
+    """Inspect an episode store: `realissim data info DATASET` prints its summary."""
+
+    action: tyro.conf.Positional[Literal["info"]]
+    """What to do."""
+    dataset: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="DATASET")]
+    """The dataset folder."""
+
+    def run(self) -> int:
+        from realissim.data.info import describe
+        from realissim.data.store import DatasetError
+
+        try:
+            print(describe(self.dataset))
+        except DatasetError as err:
+            print(f"dataset error: {err}", file=sys.stderr)
+            return 3
+        return 0
+
+
+@dataclass
+class Export:
+    """Export an episode store: `realissim export lerobot DATASET OUT [--fps 10] [--cameras wrist,front]` writes
+    a LeRobot v3.0 dataset (parquet + mp4 videos rendered from the recorded twin states)."""
+
+    format: tyro.conf.Positional[Literal["lerobot"]]
+    """Target format."""
+    dataset: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="DATASET")]
+    """The source dataset (never modified)."""
+    out: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="OUT")]
+    """The new dataset's folder (must not exist or be empty, unless --overwrite)."""
+    fps: int = 10
+    """Frame rate of the export (must divide the dataset's)."""
+    cameras: str = "front,wrist"
+    """Virtual cameras to render as videos, comma-separated (scene cameras and/or wrist; empty: none)."""
+    image_size: tuple[int, int] = (96, 96)
+    """Video size, px (width, height)."""
+    include_failed: bool = False
+    """Export failed episodes too."""
+    overwrite: bool = False
+    """Replace an existing export at OUT."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def run(self) -> int:
+        from realissim.data.lerobot import export_lerobot
+        from realissim.data.store import DatasetError
+
+        cameras = tuple(c.strip() for c in self.cameras.split(",") if c.strip())
+        try:
+            report = export_lerobot(self.dataset, self.out, fps=self.fps, cameras=cameras,
+                                    include_failed=self.include_failed, image_size=self.image_size,
+                                    overwrite=self.overwrite, progress=self.progress)  # fmt: skip
+        except ValueError as err:
+            print(f"invalid option: {err}", file=sys.stderr)
+            return 2
+        except DatasetError as err:
+            print(f"export failed: {err}", file=sys.stderr)
+            return 3
+        _print_report(f"Exported {self.dataset} to LeRobot v3.0", {
+            "episodes": report.episodes, "skipped (failed)": report.skipped, "frames": report.frames,
+            "fps": report.fps, "cameras": ",".join(report.cameras) or "-", "codec": report.codec or "-",
+            "files": len(report.files), "MB": report.bytes / 1e6, "wall_s": report.wall_s,
+            "frames_per_s": report.frames_per_s}, None)  # fmt: skip
+        print(f"dataset: {report.out}")
+        return 0
+
+
 def _print_report(title: str, report: dict, out: Path | None) -> None:
     """A command's report as aligned `key  value` lines under a title, and where its outputs went."""
     width = max(len(k) for k in report)
@@ -195,6 +319,9 @@ Commands = (
     | Annotated[Push, tyro.conf.subcommand("push")]
     | Annotated[Scene, tyro.conf.subcommand("scene")]
     | Annotated[SurrogateRun, tyro.conf.subcommand("surrogate")]
+    | Annotated[Collect, tyro.conf.subcommand("collect")]
+    | Annotated[Data, tyro.conf.subcommand("data")]
+    | Annotated[Export, tyro.conf.subcommand("export")]
 )
 
 

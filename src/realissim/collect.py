@@ -1,0 +1,158 @@
+"""`realissim collect`: record demonstrations of a task through the twin into an episode store.
+
+Each episode starts from the task's start sampler, seeded by (seed, episode index), so a dataset's starts
+never repeat across runs and a re-run continues the sequence; it runs the policy through `run_episode` (online:
+over a surrogate real world with correction and follower on, lock-step) and the recorder appends it to the
+dataset in one piece. Failed episodes are kept, marked failed (readers exclude them by default). Running the
+command again on the same dataset appends `episodes` more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from tqdm import tqdm
+
+from realissim.data.recorder import EpisodeRecorder, meta_for_env
+from realissim.data.store import Dataset, DatasetWriter
+from realissim.envs import Env, EnvConfig
+from realissim.eval.episode import run_episode
+from realissim.policy.base import Policy
+from realissim.real.interfaces import RealWorld
+from realissim.tasks import Task, make
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """What to collect, and how."""
+
+    task: str = "pusht"
+    """Task name in the registry."""
+    episodes: int = 10
+    """Episodes to add to the dataset."""
+    out: Path = Path("data/pusht_expert")
+    """The dataset (created if missing; appended to otherwise)."""
+    online: bool = False
+    """Through a surrogate real world (default gap unless `gap`), correction and follower on, lock-step."""
+    gap: Path | None = None
+    """Reality-gap profile JSON for the online world (None: the default profile)."""
+    policy: Literal["expert", "teleop"] = "expert"
+    """Who demonstrates: the task's expert, or a human in the browser (`realissim teleop`)."""
+    seed: int = 0
+    """Seed of the start sampler (each episode draws its start from (seed, episode index)) and of the world."""
+    max_seconds: float = 60.0
+    """Simulated time limit per episode, s."""
+    record_images: bool = False
+    """Online: also store the real cameras' frames (compressed)."""
+    camera_size: tuple[int, int] = (160, 90)
+    """Online: the surrogate's camera size, px (width, height)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self) -> None:
+        if self.episodes < 0:
+            raise ValueError(f"episodes: must be ≥ 0, got {self.episodes}")
+        if not (self.max_seconds > 0 and math.isfinite(self.max_seconds)):
+            raise ValueError(f"max_seconds: must be a positive number, got {self.max_seconds}")
+        if self.gap is not None and not self.online:
+            raise ValueError("gap: a reality-gap profile needs --online")
+        if self.record_images and not self.online:
+            raise ValueError("record_images: an offline twin has no real cameras (its views can be rendered later)")
+
+
+def make_expert(task: Task) -> Policy:
+    """The expert policy of `task`."""
+    if task.name == "pusht":
+        from realissim.expert.pusht import PushTExpert
+
+        return PushTExpert(task.scene)
+    raise ValueError(f"no expert for task {task.name!r}")
+
+
+def gap_name(gap: Path | None) -> str:
+    """The name a dataset records for a gap profile: its file's stem, or "default"."""
+    return "default" if gap is None else gap.stem
+
+
+@contextlib.contextmanager
+def open_world(task: Task, config: CollectConfig) -> Iterator[RealWorld | None]:
+    """The surrogate real world for an online collection (None offline), closed on exit."""
+    if not config.online:
+        yield None
+        return
+    from realissim.real.surrogate import Surrogate, SurrogateConfig, load_gap
+
+    if config.gap is not None:
+        load_gap(config.gap)  # fail here, naming the field, rather than in the world's process
+    surrogate = SurrogateConfig(gap=config.gap, seed=config.seed, camera_size=config.camera_size, mode="lockstep")
+    with Surrogate(task.scene, surrogate) as world:
+        yield world
+
+
+@dataclass
+class CollectReport:
+    """What a collection did: episodes added (successful, failed), the dataset's totals, time."""
+
+    added: int = 0
+    successes: int = 0
+    total_episodes: int = 0
+    total_successes: int = 0
+    success_times: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def as_dict(self) -> dict[str, float | int]:
+        times = self.success_times
+        return {
+            "added": self.added,
+            "added_successes": self.successes,
+            "added_failed": self.added - self.successes,
+            "dataset_episodes": self.total_episodes,
+            "dataset_successes": self.total_successes,
+            "median_time_to_success_s": float(np.median(times)) if times else math.nan,
+            "episodes_per_min": 60.0 * self.added / self.wall_s if self.wall_s > 0 else math.nan,
+        }
+
+
+def collect(config: CollectConfig, policy: Policy | None = None) -> CollectReport:
+    """Collect `config.episodes` episodes of `policy` (None: the task's expert) into `config.out`."""
+    import time
+
+    if config.policy == "teleop":
+        raise ValueError("collect: teleoperated episodes are recorded from the browser, see `realissim teleop`")
+    task = make(config.task)
+    policy = make_expert(task) if policy is None else policy
+    report = CollectReport()
+    wall0 = time.perf_counter()
+    with open_world(task, config) as world:
+        env = Env(task, EnvConfig(), world)
+        meta = meta_for_env(env, "expert", gap_name(config.gap) if config.online else None, config.record_images)
+        with DatasetWriter(config.out, meta) as writer:
+            first = writer.next_index
+            recorder = EpisodeRecorder(writer, record_images=config.record_images)
+            bar = tqdm(range(first, first + config.episodes), desc="collect", unit="episode",
+                       disable=not config.progress)  # fmt: skip
+            for index in bar:
+                seed = int(np.random.SeedSequence([config.seed, index]).generate_state(1)[0])
+                recorder.seed = seed
+                result = run_episode(env, policy, None, config.max_seconds, [recorder], seed=seed)
+                report.added += 1
+                report.successes += int(result.success)
+                if result.success:
+                    report.success_times.append(result.success_time)
+                bar.set_postfix(success=f"{report.successes}/{report.added}")
+                log.info("episode %d: %s in %.1f s (coverage %.3f)", index, "success" if result.success else "FAILED",
+                         result.duration, result.final.get("coverage", math.nan))  # fmt: skip
+    report.wall_s = time.perf_counter() - wall0
+    stored = Dataset(config.out, include_failed=True)
+    report.total_episodes = len(stored.all_episodes)
+    report.total_successes = sum(e.success for e in stored.all_episodes)
+    return report

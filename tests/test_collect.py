@@ -1,0 +1,46 @@
+"""`realissim collect` and `realissim data info` through the command line: datasets of the expert's episodes,
+failed ones kept and marked, re-runs appending with new starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from realissim.cli import main
+from realissim.collect import CollectConfig
+from realissim.data.store import Dataset
+
+
+def test_collect_appends_on_every_run_and_keeps_failures_marked(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "demos"
+    # 2.5 s is too short for most starts: failures are expected and must be kept, marked failed.
+    args = ["collect", "--episodes", "2", "--out", str(out), "--max-seconds", "2.5", "--seed", "7", "--no-progress"]
+    assert main(args) == 0
+    first = Dataset(out, include_failed=True)
+    assert [e.index for e in first.all_episodes] == [0, 1]
+    assert main(args) == 0  # again: appends
+    every = Dataset(out, include_failed=True).all_episodes
+    assert [e.index for e in every] == [0, 1, 2, 3]
+    assert len({e.seed for e in every}) == 4  # a new start for every episode
+    starts = {tuple(np.round(e.start.object_pos[0], 6)) for e in every}
+    assert len(starts) == 4
+    for e in every:
+        assert e.failed == (not e.success)
+        assert e.duration <= 2.5 + 1.0 / 60 + 1e-9
+    kept = Dataset(out)  # failed episodes excluded by default
+    assert all(e.success for e in kept.episodes)
+    assert main(["data", "info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "expert, offline" in text and "4 total" in text
+
+
+def test_collect_refuses_a_gap_offline_and_a_bad_dataset(tmp_path: Path, capsys) -> None:
+    with pytest.raises(ValueError, match="online"):
+        CollectConfig(gap=tmp_path / "gap.json")
+    assert main(["collect", "--episodes", "1", "--out", str(tmp_path / "x"), "--gap", "nope.json"]) == 2
+    not_a_dataset = tmp_path / "file"
+    not_a_dataset.write_text("hello")
+    assert main(["data", "info", str(not_a_dataset)]) == 3
+    assert "dataset error" in capsys.readouterr().err
