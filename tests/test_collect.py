@@ -13,6 +13,7 @@ from realissim.collect import CollectConfig
 from realissim.data.store import Dataset
 
 
+@pytest.mark.slow
 def test_collect_appends_on_every_run_and_keeps_failures_marked(tmp_path: Path, capsys) -> None:
     out = tmp_path / "demos"
     # 2.5 s is too short for most starts: failures are expected and must be kept, marked failed.

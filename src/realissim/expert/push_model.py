@@ -10,6 +10,7 @@ The rod touches objects only (not the table), at a fixed height.
 from __future__ import annotations
 
 import math
+import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
@@ -82,7 +83,7 @@ class PushModel:
         self.substeps = physics.substeps
         self.dt = 1.0 / physics.fps
         """Time between the rows of a path, s (one twin frame)."""
-        nthread = config.nthread or max(1, __import__("os").cpu_count() or 1)
+        nthread = config.nthread or max(1, os.cpu_count() or 1)
         self._datas = [mujoco.MjData(self.model) for _ in range(nthread)]
         self._spec = mujoco.mjtState.mjSTATE_FULLPHYSICS
         self._nstate = mujoco.mj_stateSize(self.model, self._spec)
@@ -108,8 +109,9 @@ class PushModel:
         mujoco.mj_getState(self.model, data, state, self._spec)
         return state
 
-    def rollout(self, state: np.ndarray, paths: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-        """Final object poses after following each rod path from `state` (nstate,).
+    def rollout(self, state: ArrayLike, paths: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Final object poses after following each rod path from `state` ((nstate,) shared, or (N, nstate) one per
+        path; see `initial_state`).
 
         `paths` (N, T, 2) m: the rod's planar target at each of T frames of `dt` s (held for the frame's
         substeps). Returns object positions (N, K, 3) m and quaternions (N, K, 4) after the last frame, and the
@@ -118,10 +120,12 @@ class PushModel:
         p = np.asarray(paths, dtype=np.float64)
         if p.ndim != 3 or p.shape[2] != 2:
             raise ValueError(f"paths must have shape (N, T, 2), got {p.shape}")
+        states = np.asarray(state, dtype=np.float64)
+        if states.shape not in ((self._nstate,), (len(p), self._nstate)):
+            raise ValueError(f"state must be ({self._nstate},) or ({len(p)}, {self._nstate}), got {states.shape}")
         control = np.repeat(p, self.substeps, axis=1)  # (N, T·substeps, 2)
-        out, _ = mujoco.rollout.rollout(
-            self.model, self._datas, np.broadcast_to(state, (len(p), self._nstate)), control
-        )
+        initial = np.broadcast_to(states, (len(p), self._nstate))
+        out, _ = mujoco.rollout.rollout(self.model, self._datas, initial, control)
         final = out[:, -1, 1 : 1 + self.model.nq]  # state row: time, qpos, qvel, ...
         pos = np.stack([final[:, a : a + 3] for a in self._obj_qpos], axis=1)
         quat = np.stack([final[:, a + 3 : a + 7] for a in self._obj_qpos], axis=1)
