@@ -304,6 +304,43 @@ class Export:
         return 0
 
 
+@dataclass
+class Teleop:
+    """Browser teleoperation (viser): drag the pusher tip's target on the table; the twin's arm follows by planar
+    IK (online, the real arm follows the twin). The page shows the twin beside the real camera views with the
+    live sync state; Start / Save / Discard record episodes into an episode store. Binds to loopback by
+    default; open the printed URL."""
+
+    out: Path = Path("data/pusht_teleop")
+    """The dataset episodes are saved into (created, or appended to)."""
+    host: str = "127.0.0.1"
+    """Address to bind (loopback by default; 0.0.0.0 exposes the page to the network)."""
+    port: int = 8080
+    """TCP port (0: any free one)."""
+    online: bool = False
+    """Over the surrogate real world (the real arm follows; the cameras correct the twin)."""
+    gap: Path | None = None
+    """Reality-gap profile JSON for --online."""
+    seed: int = 0
+    """Seed of the episodes' starts (and of the world)."""
+    tip_speed: float = 0.25
+    """Top speed of the tip towards the dragged target, m/s."""
+    record_images: bool = False
+    """Online: record the real camera frames too."""
+
+    def run(self) -> int:
+        from realissim.teleop import TeleopConfig, run_teleop
+
+        try:
+            config = TeleopConfig(out=self.out, host=self.host, port=self.port, online=self.online,
+                                  gap=self.gap, seed=self.seed, tip_speed=self.tip_speed,
+                                  record_images=self.record_images)  # fmt: skip
+        except ValueError as err:
+            print(f"invalid option: {err}", file=sys.stderr)
+            return 2
+        return run_teleop(config)
+
+
 def _print_report(title: str, report: dict, out: Path | None) -> None:
     """A command's report as aligned `key  value` lines under a title, and where its outputs went."""
     width = max(len(k) for k in report)
@@ -322,6 +359,7 @@ Commands = (
     | Annotated[Collect, tyro.conf.subcommand("collect")]
     | Annotated[Data, tyro.conf.subcommand("data")]
     | Annotated[Export, tyro.conf.subcommand("export")]
+    | Annotated[Teleop, tyro.conf.subcommand("teleop")]
 )
 
 

@@ -86,9 +86,9 @@ class EpisodeResult:
         }
 
 
-def _truth(env: Env | BatchEnv) -> tuple[np.ndarray, np.ndarray]:
-    """Object poses to judge on, ([B,] K, 3) and ([B,] K, 4): the oracle's online (evaluation only), else the
-    twin's."""
+def judged_poses(env: Env | BatchEnv) -> tuple[np.ndarray, np.ndarray]:
+    """Object poses to judge the task on, ([B,] K, 3) m and ([B,] K, 4): the world's oracle online (evaluation
+    only), else the twin's (offline the twin is the world)."""
     world = getattr(env, "world", None)
     if world is not None and world.oracle is not None:
         truth = world.oracle.read()
@@ -121,7 +121,7 @@ class _Judge:
     def judge(self, t: float) -> None:
         if self.results[0].times and self.results[0].times[-1] == t:
             return  # judged at this time already
-        pos, quat = _truth(self.env)
+        pos, quat = judged_poses(self.env)
         batched = isinstance(self.env, BatchEnv)
         for b, r in enumerate(self.results):
             metrics = self.env.task.evaluate(pos[b] if batched else pos, quat[b] if batched else quat)
