@@ -40,7 +40,10 @@ def test_collect_appends_on_every_run_and_keeps_failures_marked(tmp_path: Path, 
 def test_collect_refuses_a_gap_offline_and_a_bad_dataset(tmp_path: Path, capsys) -> None:
     with pytest.raises(ValueError, match="online"):
         CollectConfig(gap=tmp_path / "gap.json")
-    assert main(["collect", "--episodes", "1", "--out", str(tmp_path / "x"), "--gap", "nope.json"]) == 2
+    with pytest.raises(SystemExit) as exit_info:  # tyro rejects the option, naming it, with status 2
+        main(["collect", "--episodes", "1", "--out", str(tmp_path / "x"), "--gap", "nope.json"])
+    assert exit_info.value.code == 2
+    assert "reality-gap profile" in capsys.readouterr().err
     not_a_dataset = tmp_path / "file"
     not_a_dataset.write_text("hello")
     assert main(["data", "info", str(not_a_dataset)]) == 3

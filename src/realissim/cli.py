@@ -12,6 +12,7 @@ import tyro
 
 from realissim.assets.mjcf import scene_to_mjcf
 from realissim.assets.pusht import PushTConfig, pusht_scene
+from realissim.collect import CollectConfig
 from realissim.spec.errors import SpecError
 from realissim.spec.io import load_scene, save_scene
 from realissim.tasks import make
@@ -186,40 +187,19 @@ class Collect:
     over a surrogate real world; a progress bar; running it again on the same dataset appends more episodes.
     Failed episodes are kept, marked failed (excluded downstream by default)."""
 
-    task: str = "pusht"
-    """Task name."""
-    episodes: int = 10
-    """Episodes to add."""
-    out: Path = Path("data/pusht_expert")
-    """The dataset (created, or appended to)."""
-    online: bool = False
-    """Through the surrogate real world (lock-step; correction and follower on)."""
-    gap: Path | None = None
-    """Reality-gap profile JSON for --online (None: the default profile)."""
-    policy: Literal["expert", "teleop"] = "expert"
-    """The demonstrator (teleop: use `realissim teleop --out DATASET`)."""
-    seed: int = 0
-    """Seed of the starts and of the world."""
-    max_seconds: float = 60.0
-    """Time limit per episode, simulated s."""
-    record_images: bool = False
-    """Online: store the real camera frames too."""
-    progress: bool = True
-    """Show a progress bar."""
+    config: Annotated[CollectConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=CollectConfig)
 
     def run(self) -> int:
-        from realissim.collect import CollectConfig, collect
+        from realissim.collect import collect
         from realissim.data.store import DatasetError
         from realissim.real.surrogate.process import SurrogateError
 
-        if self.policy == "teleop":
+        c = self.config
+        if c.policy == "teleop":
             print("teleoperated episodes are recorded in the browser: realissim teleop --out DATASET", file=sys.stderr)
             return 2
         try:
-            config = CollectConfig(task=self.task, episodes=self.episodes, out=self.out, online=self.online,
-                                   gap=self.gap, policy=self.policy, seed=self.seed, max_seconds=self.max_seconds,
-                                   record_images=self.record_images, progress=self.progress)  # fmt: skip
-            report = collect(config)
+            report = collect(c)
         except (SpecError, ValueError, KeyError) as err:
             print(f"invalid option: {err}", file=sys.stderr)
             return 2
@@ -229,9 +209,9 @@ class Collect:
         except SurrogateError as err:
             print(f"surrogate failed: {err}", file=sys.stderr)
             return 3
-        _print_report(f"Collected {self.task} demonstrations ({'online' if self.online else 'offline'})",
+        _print_report(f"Collected {c.task} demonstrations ({'online' if c.online else 'offline'})",
                       report.as_dict(), None)  # fmt: skip
-        print(f"dataset: {self.out}")
+        print(f"dataset: {c.out}")
         return 0
 
 

@@ -12,21 +12,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
-from tqdm import tqdm
-
-from realissim.data.recorder import EpisodeRecorder, meta_for_env
-from realissim.data.store import Dataset, DatasetWriter
-from realissim.envs import Env, EnvConfig
-from realissim.eval.episode import run_episode
-from realissim.policy.base import Policy
-from realissim.real.interfaces import RealWorld
-from realissim.tasks import Task, make
+if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --help` stays fast
+    from realissim.policy.base import Policy
+    from realissim.real.interfaces import RealWorld
+    from realissim.tasks import Task
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +105,8 @@ class CollectReport:
     wall_s: float = 0.0
 
     def as_dict(self) -> dict[str, float | int]:
+        import numpy as np
+
         times = self.success_times
         return {
             "added": self.added,
@@ -124,7 +121,14 @@ class CollectReport:
 
 def collect(config: CollectConfig, policy: Policy | None = None) -> CollectReport:
     """Collect `config.episodes` episodes of `policy` (None: the task's expert) into `config.out`."""
-    import time
+    import numpy as np
+    from tqdm import tqdm
+
+    from realissim.data.recorder import EpisodeRecorder, meta_for_env
+    from realissim.data.store import Dataset, DatasetWriter
+    from realissim.envs import Env, EnvConfig
+    from realissim.eval.episode import run_episode
+    from realissim.tasks import make
 
     if config.policy == "teleop":
         raise ValueError("collect: teleoperated episodes are recorded from the browser, see `realissim teleop`")
