@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import tyro
-from scipy.stats import binomtest
 from tqdm import tqdm
 
 from realissim.collect import CollectConfig, collect
 from realissim.envs import Env, EnvConfig
 from realissim.eval.episode import run_episode
+from realissim.eval.stats import wilson
 from realissim.expert.pusht import PushTExpert
 from realissim.real.surrogate import Surrogate, SurrogateConfig
 from realissim.tasks import make, start_set
@@ -52,14 +52,6 @@ class Args:
     """Offline episodes recorded through `realissim collect` to time the collection rate (0: skip)."""
     seed: int = 0
     """Seed of the surrogate's noise."""
-
-
-def wilson(k: int, n: int) -> tuple[float, float]:
-    """95 % Wilson score interval of k successes in n trials."""
-    if n == 0:
-        return (math.nan, math.nan)
-    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
-    return (float(ci.low), float(ci.high))
 
 
 def _load(log: Path) -> dict[str, dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from typing import Any
@@ -323,3 +324,22 @@ def test_valid_variations_round_trip(mass: float, friction: float, pos: tuple, y
     parsed = scene_from_dict(doc)
     assert json.loads(scene_to_json(parsed)) == scene_to_dict(parsed)
     assert scene_from_json(scene_to_json(parsed)) == parsed
+
+
+def test_optional_scalars_and_tuples_decode_strictly() -> None:
+    from realissim.spec.codec import from_dict, to_dict
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        crop: int | None = 88
+        scale: float | None = None
+        size: tuple[int, int] | None = None
+        name: str | None = None
+
+    given = Options(crop=64, scale=2.0, size=(3, 4), name="x")
+    assert from_dict(Options, to_dict(given)) == given
+    assert from_dict(Options, {"crop": None, "scale": 1}) == Options(crop=None, scale=1.0)
+    with pytest.raises(SpecError, match=r"crop: must be one of \['int', 'null'\], got str"):
+        from_dict(Options, {"crop": "88"})
+    with pytest.raises(SpecError, match="crop"):
+        from_dict(Options, {"crop": True})

@@ -278,3 +278,19 @@ def test_start_set_file_is_checked_against_its_header(
     path.write_text(json.dumps(data))
     with pytest.raises(SpecError, match=r"starts\[1\]\.q"):
         load_start_set(path, task, "tiny", small)
+
+
+def test_wilson_intervals_match_hand_computed_values() -> None:
+    from realissim.eval.stats import rate_text, wilson
+
+    # 7 of 10: centre (k + z²/2) / (n + z²), half-width z √(p(1−p)/n + z²/4n²) / (1 + z²/n), z = 1.95996.
+    z, n, p = 1.959963984540054, 10, 0.7
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    low, high = wilson(7, 10)
+    assert abs(low - (centre - half)) < 1e-9 and abs(high - (centre + half)) < 1e-9
+    assert wilson(0, 20)[0] == 0.0 and abs(wilson(0, 20)[1] - 0.16113) < 1e-4
+    assert wilson(20, 20)[1] == 1.0
+    assert rate_text(7, 10) == "7/10 = 70.0 % [39.7, 89.2]"
+    with pytest.raises(ValueError):
+        wilson(3, 2)

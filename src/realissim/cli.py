@@ -6,7 +6,7 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import tyro
 
@@ -17,6 +17,9 @@ from realissim.spec.errors import SpecError
 from realissim.spec.io import load_scene, save_scene
 from realissim.tasks import make
 from realissim.twin.physics import PhysicsConfig
+
+if TYPE_CHECKING:
+    from realissim.policy.train import TrainConfig
 
 
 @dataclass
@@ -321,6 +324,163 @@ class Teleop:
         return run_teleop(config)
 
 
+@dataclass
+class Train:
+    """Train a flow-matching policy on an episode store's successful episodes: a progress bar with the loss and
+    speed, checkpoints every N steps into OUT/checkpoints (OUT/last.pt the newest), OUT/loss.png; `--resume`
+    continues a run that was stopped. Deterministic for a given seed and thread count."""
+
+    data: Path = Path("data/pusht_expert")
+    """The episode store (`realissim collect`)."""
+    obs: Literal["state", "static", "wrist", "real"] = "state"
+    """Observation representation: the object's pose, a virtual static or wrist camera image, or a recorded
+    real camera frame (online datasets recorded with images only); each with the arm's joints."""
+    out: Path = Path("runs/policy")
+    """The run directory."""
+    resume: bool = False
+    """Continue the run in OUT from OUT/last.pt."""
+    steps: int = 20_000
+    """Optimiser steps in all."""
+    batch_size: int = 64
+    """Samples per step."""
+    lr: float = 1e-3
+    """Peak learning rate."""
+    actions: Literal["relative", "absolute"] = "relative"
+    """Joint waypoints generated relative to the held q′, or absolute (the paper)."""
+    state_tip: bool = False
+    """state: also the pusher tip's position (world, and in the object's frame) as inputs."""
+    camera: str | None = None
+    """Image representations: the camera (None: "wrist" for wrist, the scene's first camera otherwise)."""
+    image_size: tuple[int, int] = (96, 96)
+    """Image representations: image width and height, px."""
+    checkpoint_every: int = 2000
+    """Steps between checkpoints."""
+    seed: int = 0
+    """Seed of the weights, the validation split, the batches and the flow noise."""
+    threads: int = 1
+    """Torch CPU threads."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def config(self) -> TrainConfig:
+        from realissim.policy.model import ModelConfig
+        from realissim.policy.train import TrainConfig
+
+        return TrainConfig(
+            model=ModelConfig(
+                obs=self.obs,
+                actions=self.actions,
+                state_tip=self.state_tip,
+                camera=self.camera,
+                image_size=self.image_size,
+            ),
+            steps=self.steps,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            checkpoint_every=self.checkpoint_every,
+            seed=self.seed,
+            threads=self.threads,
+            progress=self.progress,
+        )
+
+    def run(self) -> int:
+        from realissim.data.schema import DatasetError
+        from realissim.policy.checkpoint import CheckpointError
+        from realissim.policy.train import train
+
+        try:
+            result = train(self.config(), self.data, self.out, resume=self.resume)
+        except (ValueError, FileExistsError) as err:
+            print(f"invalid option: {err}", file=sys.stderr)
+            return 2
+        except (DatasetError, CheckpointError) as err:
+            print(f"cannot train: {err}", file=sys.stderr)
+            return 3
+        tail = result.losses[-100:]
+        report = {
+            "steps": result.step,
+            "final_loss": float(tail.mean()) if len(tail) else float("nan"),
+            "validation_loss": float(result.val[-1, 1]) if len(result.val) else float("nan"),
+            "wall_min": result.wall_s / 60,
+            "checkpoint": str(result.checkpoint),
+        }
+        _print_report(f"Trained a {self.obs} flow policy", report, self.out)
+        return 0
+
+
+@dataclass
+class PolicyCmd:
+    """Inspect a policy: `realissim policy info CHECKPOINT` prints what a checkpoint is."""
+
+    action: tyro.conf.Positional[Literal["info"]]
+    """What to do."""
+    checkpoint: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINT")]
+    """A checkpoint file (a run's last.pt or checkpoints/step_*.pt)."""
+
+    def run(self) -> int:
+        from realissim.policy.checkpoint import CheckpointError
+        from realissim.policy.info import describe
+
+        try:
+            print(describe(self.checkpoint))
+        except CheckpointError as err:
+            print(f"checkpoint error: {err}", file=sys.stderr)
+            return 3
+        return 0
+
+
+@dataclass
+class EvalOffline:
+    """Evaluate a trained policy: `realissim eval offline CHECKPOINT` runs a start set in parallel virtual twins
+    (BatchEnv), success judged on the task's ground truth with a Wilson 95 % interval; writes OUT/results.json
+    and OUT/episodes.csv."""
+
+    mode: tyro.conf.Positional[Literal["offline"]]
+    """Where: offline (virtual twins)."""
+    checkpoint: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINT")]
+    """A flow-policy checkpoint (a run's last.pt or checkpoints/step_*.pt)."""
+    starts: str = "pusht/eval-v1"
+    """The start set."""
+    limit: int | None = None
+    """Only its first N starts."""
+    envs: int = 20
+    """Parallel environments."""
+    max_seconds: float = 60.0
+    """Time limit per episode, simulated s."""
+    steps: int | None = None
+    """Euler steps K (None: the checkpoint's)."""
+    seed: int = 0
+    """Seed of the policy's sampling noise."""
+    threads: int = 1
+    """Torch threads."""
+    out: Path | None = None
+    """Where to write results.json and episodes.csv (None: print only)."""
+
+    def run(self) -> int:
+        from realissim.eval.offline import evaluate_offline, write_report
+        from realissim.policy.checkpoint import CheckpointError
+        from realissim.policy.flow_policy import FlowPolicy
+        from realissim.tasks import start_set
+
+        try:
+            starts = start_set(self.starts)[: self.limit]
+            policy = FlowPolicy.load(self.checkpoint, steps=self.steps, seed=self.seed, threads=self.threads)
+            task = make(self.starts.partition("/")[0])
+            policy.check_scene(task.scene)
+            report = evaluate_offline(task, policy, starts, self.envs, self.max_seconds, policy.env_config())
+        except (KeyError, ValueError) as err:
+            print(f"invalid option: {err}", file=sys.stderr)
+            return 2
+        except CheckpointError as err:
+            print(f"checkpoint error: {err}", file=sys.stderr)
+            return 3
+        summary = report.summary()
+        if self.out is not None:
+            write_report(report, self.out, {"checkpoint": str(self.checkpoint), "starts": self.starts})
+        _print_report(f"Offline evaluation of {self.checkpoint} on {self.starts}", summary, self.out)
+        return 0
+
+
 def _print_report(title: str, report: dict, out: Path | None) -> None:
     """A command's report as aligned `key  value` lines under a title, and where its outputs went."""
     width = max(len(k) for k in report)
@@ -340,13 +500,21 @@ Commands = (
     | Annotated[Data, tyro.conf.subcommand("data")]
     | Annotated[Export, tyro.conf.subcommand("export")]
     | Annotated[Teleop, tyro.conf.subcommand("teleop")]
+    | Annotated[Train, tyro.conf.subcommand("train")]
+    | Annotated[PolicyCmd, tyro.conf.subcommand("policy")]
+    | Annotated[EvalOffline, tyro.conf.subcommand("eval")]
 )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `realissim` command."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    command = tyro.cli(Commands, args=argv, description="realissim: the Real-is-Sim digital twin toolkit.")  # type: ignore[call-overload]
+    command = tyro.cli(
+        Commands,  # type: ignore[arg-type]
+        args=argv,
+        description="realissim: the Real-is-Sim digital twin toolkit.",
+        config=(tyro.conf.OmitSubcommandPrefixes,),
+    )
     return command.run()
 
 

@@ -44,13 +44,12 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from realissim.data.reader import Dataset
+from realissim.data.render import StateRenderer
 from realissim.data.schema import DatasetError, DatasetMeta, EpisodeData, EpisodeInfo
 from realissim.data.stats import QUANTILES as QUANTILES  # re-exported
 from realissim.data.stats import ImageStats, feature_stats
 from realissim.data.video import VideoConfig, VideoWriter, resolve_codec, video_info
-from realissim.twin.physics import PhysicsConfig, build_model
-from realissim.twin.state import TwinLayout
-from realissim.twin.virtual import WRIST, VirtualCameras, body_poses
+from realissim.twin.virtual import WRIST
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +60,6 @@ EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.par
 INFO_PATH, STATS_PATH, TASKS_PATH = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
 EXPORT_PATH = "meta/realissim_export.json"
 IMAGE_KEY = "observation.images.{camera}"
-RENDER_BATCH = 32
-"""Frames rendered per `VirtualCameras.render_batch` call."""
 
 
 class ExportError(DatasetError):
@@ -354,9 +351,7 @@ class _Export:
         self.dataset, self.source, self.root, self.task = dataset, source, root, task
         self.stride, self.fps, self.cameras, self.size = stride, fps, cameras, size
         self.video, self.limits = video, limits
-        self.model = build_model(meta.scene, PhysicsConfig())
-        self.layout = TwinLayout.from_model(self.model, meta.joint_names, meta.object_names)
-        self.renderer = VirtualCameras(meta.scene, self.model, cameras, size) if cameras else None
+        self.renderer = StateRenderer(meta, cameras, size) if cameras else None
         self.codec = resolve_codec(video) if cameras else None
         self.features = _features(meta, cameras, size)
         self.schema = _data_schema(self.features)
@@ -463,15 +458,13 @@ class _Export:
         recorded joints and object poses put into qpos, body poses by forward kinematics."""
         assert self.renderer is not None
         rows = np.arange(n) * self.stride
-        qpos = np.tile(self.model.qpos0, (n, 1))
-        qpos[:, self.layout.robot_qpos] = ep.q[rows]
-        qpos[:, self.layout.object_qpos[:, :3]] = ep.object_pos[rows]
-        quat = ep.object_quat[rows]
-        qpos[:, self.layout.object_qpos[:, 3:]] = quat / np.linalg.norm(quat, axis=-1, keepdims=True)
-        for b in range(0, n, RENDER_BATCH):
+        frames = self.renderer.render(ep.q[rows], ep.object_pos[rows], ep.object_quat[rows])
+        while True:
             t0 = time.perf_counter()
-            images = self.renderer.render_batch(*body_poses(self.model, qpos[b : b + RENDER_BATCH]))
+            images = next(frames, None)
             self.render_s += time.perf_counter() - t0
+            if images is None:
+                return
             yield images
 
     def _write_meta(self) -> None:

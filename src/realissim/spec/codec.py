@@ -97,6 +97,14 @@ def _convert_union(tp: Any, value: Any, path: str) -> Any:
             return _convert(arg, value, path)
         if arg is str and isinstance(value, str):
             return value
+        if arg is bool and isinstance(value, bool):
+            return value
+        if arg is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if arg is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return _to_float(value, path)
+        if typing.get_origin(arg) is tuple and isinstance(value, (list, tuple)):
+            return _convert(arg, value, path)
     kinds = [a.__name__ if a is not type(None) else "null" for a in args]
     kinds = ["object" if dataclasses.is_dataclass(a) else k for a, k in zip(args, kinds)]
     raise SpecError(path, f"must be one of {kinds}, got {type(value).__name__} {_describe(value)}")

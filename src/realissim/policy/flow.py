@@ -1,0 +1,70 @@
+"""Conditional flow matching (rectified flow) over action chunks, independent of the network.
+
+Conventions (LeRobot's π0): flow time t ∈ [0, 1], t = 1 is noise. A training pair interpolates
+x_t = t·ε + (1 − t)·a between a data chunk a and noise ε ~ N(0, I); the network v(x_t, t | c) regresses the
+constant velocity u = ε − a with a mean squared error. Sampling integrates dx/dt = v from t = 1 (noise) to
+t = 0 with K Euler steps.
+
+Shapes: chunks (B, m, A) (m waypoints, A values each, normalised), conditions (B, C), times (B,).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+VelocityField = Callable[[Tensor, Tensor, Tensor], Tensor]
+"""v(x (B, m, A), t (B,), cond (B, C)) → (B, m, A)."""
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    """How flow times are drawn in training and how chunks are sampled."""
+
+    time_sampling: Literal["uniform", "beta"] = "beta"
+    """Training times: uniform on [t_min, 1], or π0's Beta(α, 1) (more weight near the noise) scaled to it."""
+    beta_alpha: float = 1.5
+    """α of the Beta(α, 1) time distribution (π0: 1.5)."""
+    t_min: float = 0.001
+    """Least training time (π0: 0.001): t = 0 exactly is never drawn."""
+    steps: int = 10
+    """Euler steps K when sampling."""
+
+    def __post_init__(self) -> None:
+        if not self.beta_alpha > 0:
+            raise ValueError(f"beta_alpha: must be > 0, got {self.beta_alpha}")
+        if not 0 <= self.t_min < 1:
+            raise ValueError(f"t_min: must be in [0, 1), got {self.t_min}")
+        if self.steps < 1:
+            raise ValueError(f"steps: must be ≥ 1, got {self.steps}")
+
+
+def sample_time(n: int, config: FlowConfig, generator: torch.Generator | None = None) -> Tensor:
+    """(n,) training times in [t_min, 1]. Beta(α, 1) by its inverse CDF u^(1/α): exact and seedable."""
+    u = torch.rand(n, generator=generator)
+    s = u if config.time_sampling == "uniform" else u.pow(1.0 / config.beta_alpha)
+    return config.t_min + (1.0 - config.t_min) * s
+
+
+def flow_loss(
+    velocity: VelocityField, actions: Tensor, cond: Tensor, config: FlowConfig, generator: torch.Generator | None = None
+) -> Tensor:
+    """Mean squared error of v(x_t, t | cond) against u = ε − a for chunks `actions` (B, m, A); scalar."""
+    t = sample_time(actions.shape[0], config, generator).to(actions.dtype)
+    noise = torch.randn(actions.shape, generator=generator, dtype=actions.dtype)
+    tt = t[:, None, None]
+    x_t = tt * noise + (1.0 - tt) * actions
+    return torch.mean((velocity(x_t, t, cond) - (noise - actions)) ** 2)
+
+
+def euler_sample(velocity: VelocityField, noise: Tensor, cond: Tensor, steps: int) -> Tensor:
+    """Chunks (B, m, A): `noise` (B, m, A) at t = 1 carried to t = 0 by `steps` Euler steps of −v dt."""
+    x, dt = noise, 1.0 / steps
+    for k in range(steps):
+        t = torch.full((x.shape[0],), 1.0 - k * dt, dtype=x.dtype)
+        x = x - dt * velocity(x, t, cond)
+    return x

@@ -1,0 +1,161 @@
+"""`FlowPolicy`: a trained flow policy, loaded from a checkpoint (its EMA weights), as a `Policy`.
+
+It takes single or batched observations (one chunk per environment, sampled in one batched pass) and returns
+`ActionChunk`s of m waypoints over H s. It refuses what it cannot act on safely: a checkpoint that is
+corrupt, of another observation representation or of an incompatible scene (`CheckpointError` naming the
+problem), an observation with NaN (ValueError naming the field) — and it never returns a non-finite chunk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from realissim.envs.env import EnvConfig
+from realissim.policy.base import ActionChunk, Observation
+from realissim.policy.checkpoint import CheckpointError, load_checkpoint
+from realissim.policy.model import FlowPolicyModel, ModelConfig, build_model, torch_settings
+from realissim.policy.observations import require_finite
+from realissim.spec.codec import from_dict
+from realissim.spec.errors import SpecError
+from realissim.spec.io import scene_from_dict, scene_to_dict
+from realissim.spec.scene import SceneSpec
+from realissim.twin.kinematics import TipHold
+
+
+def first_difference(a: Any, b: Any, path: str) -> str | None:
+    """Dotted path of the first place where JSON values `a` and `b` differ, with both values; None if equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            where = first_difference(a.get(key), b.get(key), f"{path}.{key}")
+            if where is not None:
+                return where
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return next((w for i, (x, y) in enumerate(zip(a, b)) if (w := first_difference(x, y, f"{path}[{i}]"))), None)
+    return None if a == b else f"{path} (trained {str(a)[:40]}, given {str(b)[:40]})"
+
+
+def batched(observation: Observation) -> Observation:
+    """`observation` with a leading batch axis of 1 (a batched one unchanged)."""
+    if observation.batch_size is not None:
+        return observation
+    one = {
+        name: np.asarray(getattr(observation, name))[None]
+        for name in ("time", "q", "qd", "q_des", "object_pos", "object_quat")
+    }
+    return Observation(
+        **one,
+        images={k: v[None] for k, v in observation.images.items()},
+        real_images={k: v[None] for k, v in observation.real_images.items()},
+    )
+
+
+class FlowPolicy:
+    """Acts with `model` (eval mode, EMA weights) trained in `scene`; chunks sampled with K = `steps` (None:
+    the trained config's) Euler steps from noise drawn by a generator seeded with `seed` at every `reset`,
+    on `threads` torch threads. `path` names the checkpoint in errors."""
+
+    def __init__(
+        self,
+        model: FlowPolicyModel,
+        scene: SceneSpec,
+        *,
+        steps: int | None = None,
+        seed: int = 0,
+        threads: int = 1,
+        tip_floor: float | None = None,
+        path: str | Path = "<model>",
+    ) -> None:
+        if steps is not None and steps < 1:
+            raise ValueError(f"steps: must be ≥ 1, got {steps}")
+        self.tip_floor = tip_floor
+        self._hold = TipHold(scene) if tip_floor is not None and scene.robot.pusher is not None else None
+        self.model, self.scene, self.path = model.eval(), scene, Path(path)
+        self.config: ModelConfig = model.config
+        self.steps, self.seed, self.threads = steps or self.config.flow.steps, seed, threads
+        self._lower = np.array([j.lower for j in scene.robot.joints])
+        self._upper = np.array([j.upper for j in scene.robot.joints])
+        self._noise = torch.Generator().manual_seed(seed)
+
+    @staticmethod
+    def load(
+        path: str | Path,
+        *,
+        obs: str | None = None,
+        scene: SceneSpec | None = None,
+        steps: int | None = None,
+        seed: int = 0,
+        threads: int = 1,
+        hold: bool = True,
+    ) -> FlowPolicy:
+        """The policy in checkpoint `path`. With `obs`, it must have been trained on that representation; with
+        `scene`, the scene it will act in must agree with its training scene where the policy depends on it.
+        CheckpointError naming the file and the problem otherwise. With `hold`, every waypoint is projected
+        onto the demonstrations' pushing posture (rod vertical, tip no lower than the lowest tip of the
+        training data; `TipHold`)."""
+        path = Path(path)
+        meta, tensors = load_checkpoint(path)
+        try:
+            config = from_dict(ModelConfig, meta["config"]["model"])
+            trained = scene_from_dict(meta["scene"])
+        except (KeyError, TypeError, SpecError) as err:
+            raise CheckpointError(f"{path}: malformed meta: {err}") from None
+        if obs is not None and obs != config.obs:
+            raise CheckpointError(f"{path}: trained on {config.obs!r} observations, not {obs!r}")
+        try:
+            model = build_model(config, trained)
+            model.load_state_dict(tensors["ema"])
+        except (ValueError, RuntimeError) as err:
+            raise CheckpointError(f"{path}: weights do not fit the model its config describes: {err}") from None
+        floor = meta.get("tip_floor") if hold else None
+        policy = FlowPolicy(model, trained, steps=steps, seed=seed, threads=threads, tip_floor=floor, path=path)
+        if scene is not None:
+            policy.check_scene(scene)
+        return policy
+
+    def env_config(self, base: EnvConfig = EnvConfig()) -> EnvConfig:
+        """`base` with the virtual cameras (and their size) this policy observes."""
+        encoder = self.model.encoder
+        return dataclasses.replace(base, cameras=encoder.cameras, image_size=encoder.image_size)
+
+    def check_scene(self, scene: SceneSpec) -> None:
+        """CheckpointError naming the first difference between `scene` and the training scene in the parts
+        the policy depends on (its encoder's `scene_parts`: robot, objects, goals; cameras for images)."""
+        a, b = scene_to_dict(self.scene), scene_to_dict(scene)
+        for part in self.model.encoder.scene_parts:
+            where = first_difference(a.get(part), b.get(part), f"scene.{part}")
+            if where is not None:
+                raise CheckpointError(f"{self.path}: incompatible scene: {where}")
+
+    def reset(self) -> None:
+        """Re-seed the noise: every episode samples the same noise sequence (reproducible evaluation)."""
+        self._noise.manual_seed(self.seed)
+
+    @torch.inference_mode()
+    def act(self, observation: Observation) -> ActionChunk:
+        """A chunk ((m, J) and (m,), or (B, m, J) and (B, m) for a batched observation): q′ clipped to the
+        joint limits, progress to [0, 1]. ValueError naming a non-finite observation field; RuntimeError
+        (nothing returned) if the network's chunk is not finite."""
+        single = observation.batch_size is None
+        require_finite(observation, ("q_des",))
+        inputs = self.model.encoder.observation_inputs(batched(observation))
+        b = next(iter(inputs.values())).shape[0]
+        with torch_settings(self.threads):
+            noise = torch.randn((b, self.config.waypoints, self.model.action_dim), generator=self._noise)
+            reference = torch.from_numpy(np.asarray(batched(observation).q_des, dtype=np.float32))
+            x = self.model.sample(
+                {k: torch.from_numpy(np.asarray(v)) for k, v in inputs.items()}, reference, noise, self.steps
+            )
+        chunk = x.numpy().astype(np.float64)
+        if not np.all(np.isfinite(chunk)):
+            raise RuntimeError(f"{self.path}: the network returned a non-finite chunk; refusing to send it")
+        q = np.clip(chunk[..., :-1], self._lower, self._upper)
+        if self._hold is not None and self.tip_floor is not None:
+            q = self._hold.project(q, self.tip_floor)
+        progress = np.clip(chunk[..., -1], 0.0, 1.0)
+        return ActionChunk(q[0] if single else q, progress[0] if single else progress, self.config.horizon)

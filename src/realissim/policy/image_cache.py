@@ -1,0 +1,110 @@
+"""The render cache: virtual camera images of every recorded frame of a dataset, rendered once and reused by
+every training run on it.
+
+One cache per (dataset, camera, size): `<dataset>/.cache/render-<camera>-<W>x<H>.npy`, a uint8 array
+(N, H, W, 3) of every frame of every stored episode (failed ones too, so any split reuses it) in episode
+order, and beside it a `.json` key: the dataset's content fingerprint (its meta and every episode's info),
+the camera, the size, the cache format version, and each episode's first row. A cache whose key differs
+from the dataset's present one — an episode appended, another scene, another size — is rebuilt. Written
+to temporary files and renamed, key last, so an interrupted build leaves no cache that looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from realissim.data.reader import Dataset
+from realissim.data.render import StateRenderer
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+"""Bumped when the rendering of recorded states changes in a way the key cannot see."""
+
+
+def content_fingerprint(dataset: Dataset) -> str:
+    """sha256 (hex) of the dataset's meta and every stored episode's info (failed ones included)."""
+    payload = {
+        "meta": dataset.meta.to_json(),
+        "episodes": [{"index": e.index, **e.to_json()} for e in dataset.all_episodes],
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+class RenderCache:
+    """The images of `camera` at `size` (width, height) px of every frame of `dataset`: `rows(index)` gives an
+    episode's rows of `images` (a read-only memory map)."""
+
+    def __init__(self, dataset: Dataset, camera: str, size: tuple[int, int], progress: bool = True) -> None:
+        self.dataset, self.camera, self.size = dataset, camera, (int(size[0]), int(size[1]))
+        folder = Path(dataset.path) / ".cache"
+        stem = f"render-{camera}-{self.size[0]}x{self.size[1]}"
+        self.path, self.key_path = folder / f"{stem}.npy", folder / f"{stem}.json"
+        key = self._key()
+        if self._stored_key() != key:
+            folder.mkdir(exist_ok=True)
+            self._build(key, progress)
+        self.images: np.ndarray = np.load(self.path, mmap_mode="r")
+        self._first = {int(k): v for k, v in json.loads(self.key_path.read_text())["first_row"].items()}
+        self._length = {e.index: e.length for e in dataset.all_episodes}
+
+    def _key(self) -> dict[str, object]:
+        return {
+            "format": FORMAT_VERSION,
+            "dataset": content_fingerprint(self.dataset),
+            "camera": self.camera,
+            "size": list(self.size),
+        }
+
+    def _stored_key(self) -> dict[str, object] | None:
+        if not (self.key_path.is_file() and self.path.is_file()):
+            return None
+        try:
+            stored = json.loads(self.key_path.read_text())
+        except ValueError:
+            return None
+        return {k: stored.get(k) for k in ("format", "dataset", "camera", "size")}
+
+    def _build(self, key: dict[str, object], progress: bool) -> None:
+        episodes = self.dataset.all_episodes
+        total = sum(e.length for e in episodes)
+        w, h = self.size
+        log.info("rendering %s at %dx%d for %d frames of %s (cached)", self.camera, w, h, total, self.dataset.path)
+        renderer = StateRenderer(self.dataset.meta, (self.camera,), self.size)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp.npy")
+        images = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(total, h, w, 3))
+        first, row, t0 = {}, 0, time.perf_counter()
+        try:
+            with tqdm(total=total, desc=f"render {self.camera}", unit="frame", disable=not progress) as bar:
+                for info in episodes:
+                    first[info.index] = row
+                    a = self.dataset.arrays(info.index)
+                    for batch in renderer.render(a["q"][...], a["object_pos"][...], a["object_quat"][...]):
+                        n = len(batch[self.camera])
+                        images[row : row + n] = batch[self.camera]
+                        row += n
+                        bar.update(n)
+            images.flush()
+            del images
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        key_tmp = self.key_path.with_name(f".{self.key_path.name}.tmp")
+        key_tmp.write_text(json.dumps(key | {"first_row": first, "frames": total}))
+        os.replace(key_tmp, self.key_path)
+        log.info("rendered %d frames in %.0f s", total, time.perf_counter() - t0)
+
+    def rows(self, index: int) -> np.ndarray:
+        """Episode `index`'s images (T, H, W, 3) uint8, a view of the memory map."""
+        if index not in self._first:
+            raise KeyError(f"episode {index} is not in the render cache of {self.dataset.path}")
+        length = self._length[index]
+        return self.images[self._first[index] : self._first[index] + length]

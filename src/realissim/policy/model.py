@@ -1,0 +1,144 @@
+"""`FlowPolicyModel`: observation encoder, normalisers and velocity network as one module, so that one
+state dict (saved in every checkpoint) holds everything a trained policy needs besides its config.
+
+Data flow: inputs (B, ...) → normalise the low-dimensional ones → encoder → features c (B, D);
+chunk a (B, m, J + 1) in data units → (relative actions: minus the reference q′ (B, J) on the joints) →
+normalised chunk; flow matching on the normalised chunk given c; sampling runs the same way back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from realissim.policy.flow import FlowConfig, euler_sample, flow_loss
+from realissim.policy.normalizer import Normalizer, NormMode
+from realissim.policy.observations import ObservationEncoder, ObsKind, make_encoder
+from realissim.policy.unet import ConditionalUNet1D, UNetConfig
+from realissim.policy.vision import VisionConfig
+from realissim.spec.scene import SceneSpec
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What a flow policy is: its observation representation, chunk shape, network and flow."""
+
+    obs: ObsKind = "state"
+    """Observation representation."""
+    state_tip: bool = False
+    """`state`: also the pusher tip's position, in the world and in each object's frame (`StateEncoder`)."""
+    camera: str | None = None
+    """Image representations: the camera (None: "wrist" for `wrist`, the scene's first camera otherwise)."""
+    image_size: tuple[int, int] = (96, 96)
+    """Image representations: the image size, px (width, height)."""
+    vision: VisionConfig = field(default_factory=VisionConfig)
+    """Image representations: the image encoder's sizes."""
+    waypoints: int = 32
+    """Waypoints per chunk, m (the paper's 32)."""
+    horizon: float = 1.0
+    """Chunk horizon H, s (the paper's 1 s)."""
+    network: UNetConfig = field(default_factory=UNetConfig)
+    """The velocity network's sizes."""
+    flow: FlowConfig = field(default_factory=FlowConfig)
+    """Flow-time sampling in training and Euler steps K at inference."""
+    obs_norm: NormMode = "minmax"
+    """Normalisation of the low-dimensional observation inputs."""
+    action_norm: NormMode = "minmax"
+    """Normalisation of the chunk's values (q′ and progress)."""
+    actions: Literal["relative", "absolute"] = "relative"
+    """What the network generates for the joints: "relative" — each waypoint's q′ minus the q′ the twin was
+    holding when the chunk was asked for (`Observation.q_des`), added back when acting; "absolute" — q′
+    itself (the paper). Progress is always absolute. Relative chunks span a few tenths of a radian instead of
+    the workspace's whole range, so the same normalised error is several times smaller in joint space
+    (docs/decisions.md, "Flow policy")."""
+
+    def __post_init__(self) -> None:
+        if self.waypoints < 1:
+            raise ValueError(f"waypoints: must be ≥ 1, got {self.waypoints}")
+        if self.waypoints % 2 ** (len(self.network.channels) - 1):
+            raise ValueError(f"waypoints: {self.waypoints} must be divisible by 2^(levels − 1) of network.channels")
+        if not self.horizon > 0:
+            raise ValueError(f"horizon: must be > 0 s, got {self.horizon}")
+
+
+class FlowPolicyModel(nn.Module):
+    """Chunks of `action_dim` values (J joints + progress) conditioned on `encoder`'s features."""
+
+    def __init__(self, config: ModelConfig, encoder: ObservationEncoder, action_dim: int) -> None:
+        super().__init__()
+        self.config, self.encoder, self.action_dim = config, encoder, action_dim
+        self.obs_norm = nn.ModuleDict({k: Normalizer(d, config.obs_norm) for k, d in encoder.input_dims().items()})
+        self.action_norm = Normalizer(action_dim, config.action_norm)
+        self.velocity = ConditionalUNet1D(action_dim, encoder.feature_dim, config.network)
+
+    def to_generated(self, actions: Tensor, reference: Tensor) -> Tensor:
+        """Chunks (B, m, A) in data units → what the network generates (relative: joints minus `reference`
+        (B, J) q′), still unnormalised."""
+        if self.config.actions == "absolute":
+            return actions
+        out = actions.clone()
+        out[..., :-1] -= reference[:, None, :].to(actions.dtype)
+        return out
+
+    def from_generated(self, generated: Tensor, reference: Tensor) -> Tensor:
+        """The inverse of `to_generated`."""
+        if self.config.actions == "absolute":
+            return generated
+        out = generated.clone()
+        out[..., :-1] += reference[:, None, :].to(generated.dtype)
+        return out
+
+    def fit_normalizers(self, inputs: Mapping[str, Tensor], actions: Tensor, reference: Tensor) -> None:
+        """Fit the normalisers to training inputs (N, d), chunks (N, m, A) and reference q′ (N, J)."""
+        for name, norm in self.obs_norm.items():
+            norm.fit(inputs[name])  # type: ignore[operator]
+        self.action_norm.fit(self.to_generated(actions, reference))
+
+    def condition(self, inputs: Mapping[str, Tensor]) -> Tensor:
+        """Features (B, D) of raw inputs (B, ...)."""
+        normed = {k: (self.obs_norm[k].normalize(v) if k in self.obs_norm else v) for k, v in inputs.items()}  # type: ignore[operator]
+        return self.encoder(normed)
+
+    def loss(
+        self,
+        inputs: Mapping[str, Tensor],
+        actions: Tensor,
+        reference: Tensor,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """Flow-matching loss (scalar) of chunks (B, m, A) in data units given raw inputs (B, ...) and the
+        reference q′ (B, J) the twin held when each chunk was asked for."""
+        target = self.action_norm.normalize(self.to_generated(actions, reference))
+        return flow_loss(self.velocity, target, self.condition(inputs), self.config.flow, generator)
+
+    def sample(
+        self, inputs: Mapping[str, Tensor], reference: Tensor, noise: Tensor, steps: int | None = None
+    ) -> Tensor:
+        """Chunks (B, m, A) in data units from `noise` (B, m, A) given raw inputs (B, ...) and reference q′
+        (B, J); K = `steps` or the config's Euler steps."""
+        x = euler_sample(self.velocity, noise, self.condition(inputs), steps or self.config.flow.steps)
+        return self.from_generated(self.action_norm.unnormalize(x), reference)
+
+
+def build_model(config: ModelConfig, scene: SceneSpec) -> FlowPolicyModel:
+    """An untrained model for `scene`'s robot and objects (chunks of J joints + progress)."""
+    encoder = make_encoder(config.obs, scene, config.camera, config.image_size, config.vision, config.state_tip)
+    return FlowPolicyModel(config, encoder, len(scene.robot.joints) + 1)
+
+
+@contextlib.contextmanager
+def torch_settings(threads: int, deterministic: bool | None = None) -> Iterator[None]:
+    """Torch's CPU thread count and (unless None) determinism flag for the duration, restored after."""
+    was_threads, was_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(was_det if deterministic is None else deterministic)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(was_threads)
+        torch.use_deterministic_algorithms(was_det)

@@ -1,0 +1,253 @@
+"""Observation encoders: what a learned policy takes from an `Observation` (live) or from a recorded episode
+(training), and the trainable map from that to a feature vector (B, D) that conditions the flow.
+
+The split keeps training and deployment on one code path: an encoder turns both sources into the same named
+*inputs* (numpy arrays with a leading frame or batch axis), and `forward` turns inputs into features. The
+policy normalises the encoder's low-dimensional inputs (`low_dim`) before `forward`; images stay uint8 and
+are scaled by the encoder itself.
+
+Representations (`ObsKind`, the paper's four): `state` (here) — the twin's joints q and every object's
+planar pose; `static` and `wrist` — images of virtual cameras rendered from the recorded twin states (cached
+per dataset, camera and size) with q; `real` — a real camera's recorded frames with q (online only: no
+real frames exist offline). An encoder for a new representation subclasses `ObservationEncoder` and
+registers in `make_encoder`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from typing import ClassVar, Literal
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch.nn import functional
+
+from realissim.data.reader import Dataset
+from realissim.data.schema import DatasetError, EpisodeInfo
+from realissim.geometry import quat_yaw
+from realissim.policy.base import Observation
+from realissim.policy.image_cache import RenderCache
+from realissim.policy.vision import ImageTrunk, VisionConfig
+from realissim.spec.scene import SceneSpec
+from realissim.twin.kinematics import PusherIK
+from realissim.twin.virtual import WRIST
+
+ObsKind = Literal["state", "static", "wrist", "real"]
+"""The observation representations of the paper."""
+OBS_KINDS: tuple[ObsKind, ...] = ("state", "static", "wrist", "real")
+
+
+class ObservationEncoder(nn.Module, abc.ABC):
+    """Inputs from recorded episodes or live observations, and features (B, D) from inputs."""
+
+    kind: ClassVar[ObsKind]
+    """Which representation this encoder implements."""
+    low_dim: ClassVar[tuple[str, ...]]
+    """Input names of low-dimensional float vectors (B, d): the policy normalises these before `forward`."""
+    scene_parts: ClassVar[tuple[str, ...]] = ("robot", "objects", "goals")
+    """Top-level fields of the scene a trained policy depends on (an image encoder adds "cameras")."""
+    cameras: tuple[str, ...] = ()
+    """Virtual cameras the environment must render into each observation (scene camera names, "wrist")."""
+    image_size: tuple[int, int] = (96, 96)
+    """Their size, px (width, height)."""
+
+    @property
+    @abc.abstractmethod
+    def feature_dim(self) -> int:
+        """D."""
+
+    @abc.abstractmethod
+    def input_dims(self) -> dict[str, int]:
+        """The size d of each `low_dim` input."""
+
+    @abc.abstractmethod
+    def dataset_inputs(self, dataset: Dataset, episodes: Sequence[EpisodeInfo]) -> dict[str, np.ndarray]:
+        """Inputs (N, ...) for every frame of `episodes`, concatenated in their order (N = Σ lengths); arrays
+        may be memory-mapped caches. The frame of row n is the twin's state after that recorded frame."""
+
+    @abc.abstractmethod
+    def observation_inputs(self, observation: Observation) -> dict[str, np.ndarray]:
+        """Inputs (B, ...) of a batched observation; ValueError naming the field if one is not finite."""
+
+    @abc.abstractmethod
+    def forward(self, inputs: Mapping[str, Tensor]) -> Tensor:
+        """Features (B, D) float32 of inputs (B, ...) whose `low_dim` entries are already normalised."""
+
+
+def state_vector(q: np.ndarray, object_pos: np.ndarray, object_quat: np.ndarray) -> np.ndarray:
+    """(..., J + 4K) float32: joints q (..., J) rad, then per object x, y (m, world), sin yaw, cos yaw of
+    object_pos (..., K, 3) and object_quat (..., K, 4) wxyz. Yaw as sin/cos: continuous across ±π."""
+    yaw = quat_yaw(object_quat)
+    planar = np.stack([object_pos[..., 0], object_pos[..., 1], np.sin(yaw), np.cos(yaw)], axis=-1)
+    return np.concatenate([q, planar.reshape(*planar.shape[:-2], -1)], axis=-1).astype(np.float32)
+
+
+def require_finite(observation: Observation, names: Sequence[str]) -> None:
+    """ValueError naming the first of the observation's fields `names` that holds NaN or inf."""
+    for name in names:
+        value = getattr(observation, name)
+        if not np.all(np.isfinite(value)):
+            raise ValueError(f"observation.{name}: contains NaN or inf (the policy refuses to act on it)")
+
+
+class StateEncoder(ObservationEncoder):
+    """`state`: q (J) and each of the K objects' (x, y, sin yaw, cos yaw), from the twin's state; with
+    `tip`, also the pusher tip's world position (3) and its (x, y) in each object's frame (2K) — forward
+    kinematics of q, so nothing the twin does not already hold, but the geometry a push depends on is then
+    an input rather than something the network must learn to compute.
+
+    Features are the normalised state itself: the velocity network's FiLM layers are the learned map from
+    it."""
+
+    kind: ClassVar[ObsKind] = "state"
+    low_dim: ClassVar[tuple[str, ...]] = ("state",)
+
+    def __init__(self, joints: int, objects: int, tip: PusherIK | None = None) -> None:
+        super().__init__()
+        self.joints, self.objects, self.tip = joints, objects, tip
+
+    @property
+    def feature_dim(self) -> int:
+        return self.joints + 4 * self.objects + (3 + 2 * self.objects if self.tip is not None else 0)
+
+    def input_dims(self) -> dict[str, int]:
+        return {"state": self.feature_dim}
+
+    def _vector(self, q: np.ndarray, pos: np.ndarray, quat: np.ndarray, tip: np.ndarray | None) -> np.ndarray:
+        base = state_vector(q, pos, quat)
+        if self.tip is None:
+            return base
+        assert tip is not None
+        yaw = quat_yaw(quat)  # (N, K)
+        d = tip[:, None, :2] - pos[..., :2]  # (N, K, 2) tip relative to each object, world axes
+        c, s = np.cos(yaw), np.sin(yaw)
+        local = np.stack([c * d[..., 0] + s * d[..., 1], -s * d[..., 0] + c * d[..., 1]], axis=-1)
+        return np.concatenate([base, tip, local.reshape(len(q), -1)], axis=-1).astype(np.float32)
+
+    def dataset_inputs(self, dataset: Dataset, episodes: Sequence[EpisodeInfo]) -> dict[str, np.ndarray]:
+        rows = []
+        for info in episodes:
+            a = dataset.arrays(info.index)
+            tip = a["tip"][...] if self.tip is not None else None
+            rows.append(self._vector(a["q"][...], a["object_pos"][...], a["object_quat"][...], tip))
+        width = self.feature_dim
+        return {"state": np.concatenate(rows) if rows else np.zeros((0, width), np.float32)}
+
+    def observation_inputs(self, observation: Observation) -> dict[str, np.ndarray]:
+        require_finite(observation, ("q", "object_pos", "object_quat"))
+        q = np.asarray(observation.q, dtype=np.float64)
+        if q.ndim != 2 or q.shape[1] != self.joints or np.shape(observation.object_pos)[1:] != (self.objects, 3):
+            raise ValueError(
+                f"observation: the policy expects q (B, {self.joints}) and object_pos (B, {self.objects}, 3), got "
+                f"{q.shape} and {np.shape(observation.object_pos)}"
+            )
+        tip = np.array([self.tip.tip_position(row) for row in q]) if self.tip is not None else None
+        return {"state": self._vector(q, np.asarray(observation.object_pos), np.asarray(observation.object_quat), tip)}
+
+    def forward(self, inputs: Mapping[str, Tensor]) -> Tensor:
+        return inputs["state"]
+
+
+def resize_images(images: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """uint8 images (N, h, w, 3) → (N, H, W, 3) at `size` (W, H) px, area-averaged (antialiased bilinear);
+    unchanged when already that size."""
+    if images.shape[1:3] == (size[1], size[0]):
+        return images
+    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
+    y = functional.interpolate(x, size=(size[1], size[0]), mode="bilinear", antialias=True, align_corners=False)
+    return y.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+class ImageEncoder(ObservationEncoder):
+    """`static`, `wrist` or `real`: one camera's image (through `ImageTrunk`, trained end to end) and q.
+
+    `static` and `wrist` read virtual images rendered from the twin (at deployment by the environment, in
+    training from the dataset's render cache); `real` reads a real camera's frames (recorded online, or the
+    observation's `real_images` online), resized to `image_size`. Features: the image's D values, then the
+    normalised joints."""
+
+    low_dim: ClassVar[tuple[str, ...]] = ("q",)
+    scene_parts: ClassVar[tuple[str, ...]] = ("robot", "objects", "goals", "cameras")
+
+    def __init__(
+        self, kind: ObsKind, camera: str, size: tuple[int, int], joints: int, config: VisionConfig = VisionConfig()
+    ) -> None:
+        super().__init__()
+        self.kind = kind  # type: ignore[misc]
+        self.camera, self.joints = camera, joints
+        self.image_size = (int(size[0]), int(size[1]))
+        self.cameras = (camera,) if kind != "real" else ()
+        self.trunk = ImageTrunk(config)
+        self.cache_progress = True
+
+    @property
+    def feature_dim(self) -> int:
+        return self.trunk.config.features + self.joints
+
+    def input_dims(self) -> dict[str, int]:
+        return {"q": self.joints}
+
+    def dataset_inputs(self, dataset: Dataset, episodes: Sequence[EpisodeInfo]) -> dict[str, np.ndarray]:
+        w, h = self.image_size
+        q = [np.asarray(dataset.arrays(e.index)["q"][...], np.float32) for e in episodes]
+        if self.kind == "real":
+            if self.camera not in dataset.meta.cameras:
+                raise DatasetError(
+                    f"{dataset.path}: no real {self.camera!r} frames recorded (cameras: "
+                    f"{list(dataset.meta.cameras) or 'none; real images exist only online, with --record-images'})"
+                )
+            images = [resize_images(dataset.arrays(e.index)[f"images/{self.camera}"][...], self.image_size)
+                      for e in episodes]  # fmt: skip
+        else:
+            cache = RenderCache(dataset, self.camera, self.image_size, progress=self.cache_progress)
+            images = [np.asarray(cache.rows(e.index)) for e in episodes]
+        return {
+            "image": np.concatenate(images) if images else np.zeros((0, h, w, 3), np.uint8),
+            "q": np.concatenate(q) if q else np.zeros((0, self.joints), np.float32),
+        }
+
+    def observation_inputs(self, observation: Observation) -> dict[str, np.ndarray]:
+        require_finite(observation, ("q",))
+        source = observation.real_images if self.kind == "real" else observation.images
+        if self.camera not in source:
+            where = "real_images (online, EnvConfig.real_images)" if self.kind == "real" else "images"
+            raise ValueError(f"observation.{where}: no {self.camera!r} image (the policy sees that camera)")
+        q = np.asarray(observation.q, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self.joints:
+            raise ValueError(f"observation: the policy expects q (B, {self.joints}), got {q.shape}")
+        return {"image": resize_images(np.asarray(source[self.camera]), self.image_size), "q": q}
+
+    def forward(self, inputs: Mapping[str, Tensor]) -> Tensor:
+        return torch.cat([self.trunk(inputs["image"]), inputs["q"].float()], dim=-1)
+
+
+def make_encoder(
+    kind: str,
+    scene: SceneSpec,
+    camera: str | None = None,
+    image_size: tuple[int, int] = (96, 96),
+    vision: VisionConfig = VisionConfig(),
+    state_tip: bool = False,
+) -> ObservationEncoder:
+    """The encoder of representation `kind` for `scene`; for images, `camera` (None: "wrist" for `wrist`, the
+    scene's first camera for `static` and `real`) at `image_size`. ValueError for an unknown kind or camera."""
+    joints = len(scene.robot.joints)
+    if kind == "state":
+        tip = PusherIK(scene) if state_tip and scene.robot.pusher is not None else None
+        return StateEncoder(joints, len(scene.objects), tip)
+    if kind not in OBS_KINDS:
+        raise ValueError(f"obs: unknown representation {kind!r} (one of {', '.join(OBS_KINDS)})")
+    names = [c.name for c in scene.cameras]
+    if kind == "wrist":
+        camera = camera or WRIST
+        if camera != WRIST:
+            raise ValueError(f"camera: the wrist representation uses the wrist camera, not {camera!r}")
+    else:
+        if not names:
+            raise ValueError(f"obs: the {kind!r} representation needs a scene camera; the scene has none")
+        camera = camera or names[0]
+        if camera not in names:
+            raise ValueError(f"camera: {camera!r} is not one of the scene's cameras {names}")
+    return ImageEncoder(kind, camera, image_size, joints, vision)  # type: ignore[arg-type]

@@ -1,0 +1,351 @@
+"""Training a flow policy on an episode store: `train(config, data, out)` (`realissim train`).
+
+A run directory (`out`) holds `config.json` (the resolved config, the dataset and its fingerprint),
+`checkpoints/step_NNNNNNN.pt` (the newest `keep_checkpoints`), `last.pt` (the newest, hard-linked),
+`loss.png` (the training and validation curves) and `train.log`.
+
+Determinism: for a given thread count, a run is a function of its config and dataset. The model is
+initialised from `seed`, batches are drawn by a seeded numpy generator, flow times and noise by a seeded
+torch generator, and torch is asked for deterministic algorithms; every RNG state is in each checkpoint, so
+`resume=True` continues the run bit for bit (the same losses as a run never interrupted).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from realissim.data.reader import Dataset
+from realissim.data.schema import code_version
+from realissim.policy.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from realissim.policy.dataset import ChunkSamples, build_samples, fingerprint, open_training_data, split_episodes
+from realissim.policy.model import FlowPolicyModel, ModelConfig, build_model, torch_settings
+from realissim.spec.codec import to_dict
+from realissim.spec.io import scene_to_dict
+
+log = logging.getLogger(__name__)
+
+_RESUMABLE = ("steps", "checkpoint_every", "keep_checkpoints", "val_every", "progress")
+"""Config fields a resumed run may change (the others define the curve)."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train a flow policy."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy: observation representation (`model.obs`), chunk, network, flow."""
+    steps: int = 20_000
+    """Optimiser steps in all."""
+    batch_size: int = 64
+    """Samples per step."""
+    lr: float = 1e-3
+    """Peak learning rate of AdamW (linear warm-up, then cosine decay to 0 at `steps`)."""
+    warmup_steps: int = 500
+    """Steps of linear learning-rate warm-up."""
+    weight_decay: float = 1e-6
+    """AdamW's decoupled weight decay."""
+    ema_decay: float = 0.999
+    """Decay of the EMA weights the policy acts with (ramped up as min(decay, (1 + s) / (10 + s)))."""
+    val_fraction: float = 0.05
+    """Fraction of episodes held out for the validation loss (by episode; at least one episode trains)."""
+    val_every: int = 500
+    """Steps between validation losses (EMA weights, fixed noise)."""
+    val_samples: int = 2048
+    """At most this many validation frames (evenly spaced) per validation loss."""
+    checkpoint_every: int = 2000
+    """Steps between checkpoints (and at the last step)."""
+    keep_checkpoints: int = 3
+    """Newest step checkpoints kept in `checkpoints/` (`last.pt` is always kept)."""
+    seed: int = 0
+    """Seed of the initial weights, the validation split, the batch sampler and the flow noise."""
+    threads: int = 1
+    """Torch CPU threads (results are deterministic for a given count; 1 is fastest on a shared 2-core machine)."""
+    deterministic: bool = True
+    """Ask torch for deterministic algorithms (`torch.use_deterministic_algorithms`)."""
+    progress: bool = True
+    """Show a progress bar with the loss and steps/s."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "steps",
+            "batch_size",
+            "val_every",
+            "val_samples",
+            "checkpoint_every",
+            "keep_checkpoints",
+            "threads",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be ≥ 1, got {getattr(self, name)}")
+        if not (self.lr > 0 and self.warmup_steps >= 0 and self.weight_decay >= 0):
+            raise ValueError("lr, warmup_steps, weight_decay: must be > 0, ≥ 0, ≥ 0")
+        if not 0 <= self.ema_decay < 1 or not 0 <= self.val_fraction < 1:
+            raise ValueError("ema_decay and val_fraction: must be in [0, 1)")
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a run did: the step it reached, every step's loss, the validation losses (step, loss), its last
+    checkpoint, the EMA model the policy acts with, and the wall time of this call."""
+
+    step: int
+    losses: np.ndarray
+    val: np.ndarray
+    checkpoint: Path
+    model: FlowPolicyModel
+    wall_s: float
+
+
+def lr_at(config: TrainConfig, step: int) -> float:
+    """The learning rate of step `step` (1-based): linear warm-up, then cosine to 0 at `config.steps`."""
+    if step <= config.warmup_steps:
+        return config.lr * step / max(config.warmup_steps, 1)
+    span = max(config.steps - config.warmup_steps, 1)
+    return config.lr * 0.5 * (1.0 + math.cos(math.pi * min((step - config.warmup_steps) / span, 1.0)))
+
+
+@torch.no_grad()
+def update_ema(ema: FlowPolicyModel, model: FlowPolicyModel, decay: float, step: int) -> None:
+    """ema ← d·ema + (1 − d)·model over parameters with d = min(decay, (1 + step) / (10 + step)); buffers (the
+    normalisers) are copied."""
+    d = min(decay, (1.0 + step) / (10.0 + step))
+    for e, p in zip(ema.parameters(), model.parameters()):
+        e.lerp_(p, 1.0 - d)
+    for e, b in zip(ema.buffers(), model.buffers()):
+        e.copy_(b)
+
+
+def _batch(samples: ChunkSamples, idx: np.ndarray) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Inputs, chunks and reference q′ of the samples `idx`, as tensors."""
+    inputs = {k: torch.from_numpy(np.asarray(v[idx])) for k, v in samples.inputs.items()}
+    return inputs, torch.from_numpy(samples.actions[idx]), torch.from_numpy(samples.reference[idx])
+
+
+@torch.no_grad()
+def validation_loss(model: FlowPolicyModel, samples: ChunkSamples, config: TrainConfig) -> float:
+    """Mean flow loss over (at most `val_samples` evenly spaced) validation frames, with fixed noise."""
+    idx = np.unique(np.linspace(0, len(samples) - 1, min(config.val_samples, len(samples))).round().astype(np.int64))
+    generator = torch.Generator().manual_seed(config.seed + 1)
+    total = 0.0
+    for part in np.array_split(idx, max(1, math.ceil(len(idx) / 256))):
+        inputs, actions, reference = _batch(samples, part)
+        total += float(model.loss(inputs, actions, reference, generator)) * len(part)
+    return total / len(idx)
+
+
+class _Run:
+    """The state of one training run: data, model, EMA, optimiser, RNGs and curves."""
+
+    def __init__(self, config: TrainConfig, dataset: Dataset) -> None:
+        self.config, self.dataset = config, dataset
+        m = config.model
+        self.train_eps, self.val_eps = split_episodes(dataset.episodes, config.val_fraction, config.seed)
+        torch.manual_seed(config.seed)
+        self.model = build_model(m, dataset.meta.scene)
+        self.train = build_samples(dataset, self.model.encoder, self.train_eps, m.horizon, m.waypoints)
+        self.val = build_samples(dataset, self.model.encoder, self.val_eps, m.horizon, m.waypoints)
+        inputs = {k: torch.from_numpy(np.asarray(v)) for k, v in self.train.inputs.items() if k in self.model.obs_norm}
+        self.model.fit_normalizers(inputs, torch.from_numpy(self.train.actions), torch.from_numpy(self.train.reference))
+        self.ema = build_model(m, dataset.meta.scene)
+        self.ema.load_state_dict(self.model.state_dict())
+        self.ema.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.sampler = np.random.default_rng(config.seed)
+        self.noise = torch.Generator().manual_seed(config.seed)
+        self.step, self.losses, self.val_losses = 0, [], []
+        tips = [dataset.arrays(e.index)["tip"][:, 2] for e in self.train_eps]
+        self.tip_floor = float(np.min(np.concatenate(tips))) if tips else None
+        """The lowest tip height in the training episodes, m: the policy holds its tip at or above it."""
+
+    def restore(self, meta: dict[str, Any], tensors: dict[str, Any]) -> None:
+        """Continue from a checkpoint of this run."""
+        self.model.load_state_dict(tensors["model"])
+        self.ema.load_state_dict(tensors["ema"])
+        self.optimizer.load_state_dict(tensors["optimizer"])
+        torch.set_rng_state(tensors["torch_rng"])
+        self.noise.set_state(tensors["noise_rng"])
+        self.sampler.bit_generator.state = meta["sampler"]
+        self.step = int(meta["step"])
+        self.losses = tensors["losses"].tolist()
+        self.val_losses = [tuple(r) for r in tensors["val"].tolist()]
+
+    def one_step(self) -> float:
+        """One optimiser step on a random batch; its loss."""
+        self.step += 1
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(self.config, self.step)
+        batch = _batch(self.train, self.sampler.integers(0, len(self.train), self.config.batch_size))
+        loss = self.model.loss(*batch, self.noise)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        update_ema(self.ema, self.model, self.config.ema_decay, self.step)
+        self.losses.append(loss.item())
+        return self.losses[-1]
+
+    def meta(self, data: Path) -> dict[str, Any]:
+        """The checkpoint's JSON meta (see `realissim.policy.checkpoint`)."""
+        d = self.dataset
+        return {
+            "config": to_dict(self.config),
+            "scene": scene_to_dict(d.meta.scene),
+            "task": d.meta.task,
+            "fps": d.meta.fps,
+            "joint_names": list(d.meta.joint_names),
+            "object_names": list(d.meta.object_names),
+            "dataset": {
+                "path": str(data),
+                "fingerprint": fingerprint(d),
+                "source": d.meta.source,
+                "train_episodes": [e.index for e in self.train_eps],
+                "val_episodes": [e.index for e in self.val_eps],
+                "train_frames": len(self.train),
+                "val_frames": len(self.val),
+            },
+            "tip_floor": self.tip_floor,
+            "code_version": code_version(),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "step": self.step,
+            "sampler": self.sampler.bit_generator.state,
+        }
+
+    def tensors(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "ema": self.ema.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "losses": torch.tensor(self.losses, dtype=torch.float64),
+            "val": torch.tensor(self.val_losses, dtype=torch.float64).reshape(-1, 2),
+            "torch_rng": torch.get_rng_state(),
+            "noise_rng": self.noise.get_state(),
+        }
+
+
+def _check_resume(meta: dict[str, Any], config: TrainConfig, fp: str, path: Path) -> None:
+    """CheckpointError unless the checkpoint's run has this config (but `_RESUMABLE`) and dataset."""
+    stored, given = meta["config"], to_dict(config)
+    for name in given:
+        if name not in _RESUMABLE and stored.get(name) != given[name]:
+            raise CheckpointError(
+                f"{path}: cannot resume with a different {name} (run {stored.get(name)!r}, now {given[name]!r})"
+            )
+    if meta["dataset"]["fingerprint"] != fp:
+        raise CheckpointError(f"{path}: the dataset changed since this run started (fingerprint differs)")
+    if stored["steps"] != config.steps:
+        log.warning("resume: steps %d → %d changes the learning-rate schedule from here", stored["steps"], config.steps)
+
+
+def _save(run: _Run, out: Path, data: Path) -> Path:
+    """Checkpoint the run into out/checkpoints, point out/last.pt at it, drop the oldest, redraw the curve."""
+    folder = out / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = save_checkpoint(folder / f"step_{run.step:07d}.pt", run.meta(data), run.tensors())
+    tmp = out / f".last.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    os.link(path, tmp)
+    os.replace(tmp, out / "last.pt")
+    for old in sorted(folder.glob("step_*.pt"))[: -run.config.keep_checkpoints]:
+        old.unlink()
+    plot_losses(run.losses, run.val_losses, out / "loss.png")
+    log.info("step %d: checkpoint %s", run.step, path)
+    return path
+
+
+def plot_losses(losses: list[float], val: list[tuple[float, float]], path: Path) -> None:
+    """The loss curve (every step, a moving average, validation points), log scale, as a PNG at `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = np.arange(1, len(losses) + 1)
+    ax.plot(steps, losses, color="0.8", lw=0.5, label="train (step)")
+    w = max(1, len(losses) // 100)
+    if len(losses) >= w:
+        ax.plot(steps[w - 1 :], np.convolve(losses, np.ones(w) / w, mode="valid"), label=f"train (mean of {w})")
+    if val:
+        ax.plot(*np.asarray(val).T, "o-", label="validation (EMA)")
+    ax.set(xlabel="step", ylabel="flow-matching loss", yscale="log")
+    ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def train(config: TrainConfig, data: str | Path, out: str | Path, resume: bool = False) -> TrainResult:
+    """Train on the successful episodes of the store at `data` into run directory `out` (see the module's
+    docstring); `resume` continues from out/last.pt. DatasetError when the store has no successful episode;
+    CheckpointError when resuming from an unusable or incompatible checkpoint; FileExistsError when `out`
+    already holds a run and `resume` is False."""
+    data, out = Path(data), Path(out)
+    if not resume and (out / "last.pt").exists():
+        raise FileExistsError(f"{out}: holds a run already (resume it, or choose another output directory)")
+    dataset = open_training_data(data)
+    out.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(out / "train.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("realissim.policy").addHandler(handler)
+    try:
+        with torch_settings(config.threads, config.deterministic):
+            return _train(config, dataset, data, out, resume)
+    finally:
+        logging.getLogger("realissim.policy").removeHandler(handler)
+        handler.close()
+
+
+def _train(config: TrainConfig, dataset: Dataset, data: Path, out: Path, resume: bool) -> TrainResult:
+    wall0 = time.perf_counter()
+    run = _Run(config, dataset)
+    if resume:
+        meta, tensors = load_checkpoint(out / "last.pt")
+        _check_resume(meta, config, fingerprint(dataset), out / "last.pt")
+        run.restore(meta, tensors)
+        log.info("resumed %s at step %d", out, run.step)
+    (out / "config.json").write_text(json.dumps(run.meta(data) | {"step": None, "sampler": None}, indent=2))
+    log.info(
+        "training %s on %s: %d train / %d validation episodes (%d / %d frames), %d parameters",
+        config.model.obs,
+        data,
+        len(run.train_eps),
+        len(run.val_eps),
+        len(run.train),
+        len(run.val),
+        sum(p.numel() for p in run.model.parameters()),
+    )
+    checkpoint = out / "last.pt"
+    bar = tqdm(
+        total=config.steps, initial=run.step, desc=f"train {config.model.obs}", unit="step", disable=not config.progress
+    )
+    with bar:
+        while run.step < config.steps:
+            loss = run.one_step()
+            if run.step % config.val_every == 0 and len(run.val):
+                run.val_losses.append((run.step, validation_loss(run.ema, run.val, config)))
+                log.info("step %d: validation loss %.5f", run.step, run.val_losses[-1][1])
+            if run.step % config.checkpoint_every == 0 or run.step == config.steps:
+                checkpoint = _save(run, out, data)
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr_at(config, run.step):.1e}", refresh=False)
+    return TrainResult(
+        run.step,
+        np.asarray(run.losses),
+        np.asarray(run.val_losses).reshape(-1, 2),
+        checkpoint,
+        run.ema,
+        time.perf_counter() - wall0,
+    )

@@ -1,0 +1,137 @@
+"""Image representations of the flow policy: the render cache (equal to what the environment renders, rebuilt
+when the dataset, camera or size changes), image policies that train and act in a batch of environments,
+and the clear errors of a representation without its images."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from realissim.data.recorder import EpisodeRecorder, meta_for_env
+from realissim.data.schema import DatasetError
+from realissim.data.store import Dataset, DatasetWriter
+from realissim.envs import BatchEnv, Env, EnvConfig
+from realissim.eval.episode import EpisodeObserver, run_episode
+from realissim.expert.pusht import PushTExpert
+from realissim.policy.checkpoint import CheckpointError
+from realissim.policy.flow_policy import FlowPolicy
+from realissim.policy.image_cache import RenderCache
+from realissim.policy.model import ModelConfig
+from realissim.policy.train import TrainConfig, train
+from realissim.policy.unet import UNetConfig
+from realissim.policy.vision import VisionConfig
+from realissim.tasks import Task, make
+
+SIZE = (32, 32)
+"""Small images keep rendering and training fast here."""
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> object:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def task() -> Task:
+    return make("pusht")
+
+
+class LastImage(EpisodeObserver):
+    """Keeps the environment's observation (its wrist image) after the last frame."""
+
+    def on_end(self, result: object) -> None:
+        self.image = self.env.observe().images["wrist"]
+
+    def on_reset(self, env: object, observation: object) -> None:
+        self.env = env
+
+
+def record(task: Task, path: Path, seconds: float, seed: int) -> np.ndarray:
+    """An expert episode of `seconds` (stored, failed: too short to succeed) into the dataset at `path`; the
+    environment's own wrist image after its last frame."""
+    env = Env(task, EnvConfig(cameras=("wrist",), image_size=SIZE))
+    last = LastImage()
+    with DatasetWriter(path, meta_for_env(env, "expert")) as writer:
+        run_episode(env, PushTExpert(task.scene), None, seconds, [EpisodeRecorder(writer), last], seed=seed)
+    return last.image
+
+
+def test_the_render_cache_equals_the_environments_images_and_is_rebuilt_when_anything_changes(
+    task: Task, tmp_path: Path
+) -> None:
+    path = tmp_path / "ds"
+    seen = record(task, path, 0.5, seed=1)
+    dataset = Dataset(path, include_failed=True)
+    cache = RenderCache(dataset, "wrist", SIZE, progress=False)
+    assert cache.images.shape == (30, 32, 32, 3)
+    assert np.array_equal(cache.rows(0)[-1], seen)  # what the policy would have seen at that frame
+    built = os.stat(cache.path).st_mtime_ns
+    again = RenderCache(Dataset(path, include_failed=True), "wrist", SIZE, progress=False)
+    assert os.stat(again.path).st_mtime_ns == built and np.array_equal(again.images, cache.images)  # reused
+    record(task, path, 0.25, seed=2)  # the dataset changes: one more episode
+    grown = RenderCache(Dataset(path, include_failed=True), "wrist", SIZE, progress=False)
+    assert grown.images.shape[0] == 45 and np.array_equal(grown.rows(0), cache.rows(0))
+    assert not np.array_equal(grown.rows(1)[0], grown.rows(0)[0])
+    other = RenderCache(Dataset(path, include_failed=True), "wrist", (48, 32), progress=False)
+    assert other.images.shape == (45, 32, 48, 3) and other.path != grown.path
+    front = RenderCache(Dataset(path, include_failed=True), "front", SIZE, progress=False)
+    assert not np.array_equal(front.images, grown.images)
+
+
+def image_config(obs: str) -> TrainConfig:
+    model = ModelConfig(
+        obs=obs,  # type: ignore[arg-type]
+        image_size=SIZE,
+        vision=VisionConfig(widths=(8, 16), blocks=1, keypoints=4, features=8, crop=28),
+        network=UNetConfig(channels=(16, 32), time_dim=16),
+    )
+    return TrainConfig(model=model, steps=6, batch_size=4, val_fraction=0.0, checkpoint_every=6, progress=False)
+
+
+@pytest.fixture(scope="module")
+def image_data(task: Task, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dataset of two short expert episodes, stored as successful (training reads only those)."""
+    folder = tmp_path_factory.mktemp("img")
+    record(task, folder / "raw", 0.5, seed=3)
+    record(task, folder / "raw", 0.5, seed=4)
+    raw = Dataset(folder / "raw", include_failed=True)
+    with DatasetWriter(folder / "ds", raw.meta) as writer:
+        for info in raw.all_episodes:
+            writer.append(raw.episode(info.index), success=True, start=info.start, seed=info.seed)
+    assert len(Dataset(folder / "ds").episodes) == 2
+    return folder / "ds"
+
+
+@pytest.mark.parametrize("obs", ["wrist", "static"])
+def test_an_image_policy_trains_and_acts_in_a_batch_of_environments(
+    obs: str, task: Task, image_data: Path, tmp_path: Path
+) -> None:
+    result = train(image_config(obs), image_data, tmp_path / "run")
+    assert len(result.losses) == 6 and np.all(np.isfinite(result.losses))
+    policy = FlowPolicy.load(result.checkpoint, obs=obs, scene=task.scene)
+    config = policy.env_config()
+    assert config.cameras == (("wrist",) if obs == "wrist" else ("front",)) and config.image_size == SIZE
+    observation = BatchEnv(task, 2, config).reset(seed=0)
+    chunk = policy.act(observation)
+    assert chunk.q_des.shape == (2, 32, 7) and np.all(np.isfinite(chunk.q_des))
+    again = FlowPolicy.load(result.checkpoint)
+    policy.reset(), again.reset()
+    assert np.array_equal(again.act(observation).q_des, policy.act(observation).q_des)
+    with pytest.raises(CheckpointError, match=f"trained on '{obs}' observations, not 'state'"):
+        FlowPolicy.load(result.checkpoint, obs="state")
+    blind = dataclasses.replace(observation, images={})
+    with pytest.raises(ValueError, match=r"observation\.images: no '(wrist|front)' image"):
+        policy.act(blind)
+
+
+def test_the_real_representation_needs_recorded_real_frames(image_data: Path, tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match=r"no real 'front' frames recorded .*only online"):
+        train(image_config("real"), image_data, tmp_path / "run")
