@@ -197,8 +197,8 @@ def demo(task: Task, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def small_config(**changes: object) -> TrainConfig:
-    base = TrainConfig(model=ModelConfig(), steps=1000, batch_size=32, lr=3e-3, warmup_steps=20, ema_decay=0.99,
-                       val_fraction=0.0, checkpoint_every=100, progress=False)  # fmt: skip
+    base = TrainConfig(model=ModelConfig(actions="relative"), steps=1000, batch_size=32, lr=3e-3, warmup_steps=20,
+                       ema_decay=0.99, val_fraction=0.0, checkpoint_every=100, progress=False)  # fmt: skip
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 

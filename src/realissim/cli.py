@@ -345,7 +345,7 @@ class Train:
     """Samples per step."""
     lr: float = 1e-3
     """Peak learning rate."""
-    actions: Literal["relative", "absolute"] = "relative"
+    actions: Literal["relative", "absolute"] = "absolute"
     """Joint waypoints generated relative to the held q′, or absolute (the paper)."""
     state_tip: bool = False
     """state: also the pusher tip's position (world, and in the object's frame) as inputs."""
@@ -449,6 +449,8 @@ class EvalOffline:
     """Time limit per episode, simulated s."""
     steps: int | None = None
     """Euler steps K (None: the checkpoint's)."""
+    replan_every: float | None = None
+    """Ask for a new chunk after this many seconds (None: when the chunk is used up, as the paper)."""
     seed: int = 0
     """Seed of the policy's sampling noise."""
     threads: int = 1
@@ -457,6 +459,7 @@ class EvalOffline:
     """Where to write results.json and episodes.csv (None: print only)."""
 
     def run(self) -> int:
+        from realissim.envs import EnvConfig
         from realissim.eval.offline import evaluate_offline, write_report
         from realissim.policy.checkpoint import CheckpointError
         from realissim.policy.flow_policy import FlowPolicy
@@ -467,7 +470,8 @@ class EvalOffline:
             policy = FlowPolicy.load(self.checkpoint, steps=self.steps, seed=self.seed, threads=self.threads)
             task = make(self.starts.partition("/")[0])
             policy.check_scene(task.scene)
-            report = evaluate_offline(task, policy, starts, self.envs, self.max_seconds, policy.env_config())
+            config = policy.env_config(EnvConfig(replan_every=self.replan_every))
+            report = evaluate_offline(task, policy, starts, self.envs, self.max_seconds, config)
         except (KeyError, ValueError) as err:
             print(f"invalid option: {err}", file=sys.stderr)
             return 2
@@ -476,7 +480,8 @@ class EvalOffline:
             return 3
         summary = report.summary()
         if self.out is not None:
-            write_report(report, self.out, {"checkpoint": str(self.checkpoint), "starts": self.starts})
+            about = {"checkpoint": str(self.checkpoint), "starts": self.starts, "replan_every": self.replan_every}
+            write_report(report, self.out, about)
         _print_report(f"Offline evaluation of {self.checkpoint} on {self.starts}", summary, self.out)
         return 0
 

@@ -50,11 +50,11 @@ class ModelConfig:
     """Normalisation of the low-dimensional observation inputs."""
     action_norm: NormMode = "minmax"
     """Normalisation of the chunk's values (q′ and progress)."""
-    actions: Literal["relative", "absolute"] = "relative"
+    actions: Literal["relative", "absolute"] = "absolute"
     """What the network generates for the joints: "relative" — each waypoint's q′ minus the q′ the twin was
     holding when the chunk was asked for (`Observation.q_des`), added back when acting; "absolute" — q′
-    itself (the paper). Progress is always absolute. Relative chunks span a few tenths of a radian instead of
-    the workspace's whole range, so the same normalised error is several times smaller in joint space
+    itself (the paper, the default). Progress is always absolute. Measured on 60 expert demonstrations
+    (10k steps, 20 starts of pusht/eval-v1): the same held-out chunk error and success within noise
     (docs/decisions.md, "Flow policy")."""
 
     def __post_init__(self) -> None:
