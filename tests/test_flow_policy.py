@@ -351,5 +351,6 @@ def test_nan_in_an_observation_or_the_network_never_reaches_the_twin(trained: Tr
     assert isinstance(policy.act(observation), ActionChunk)
     with torch.no_grad():
         next(policy.model.velocity.parameters()).fill_(math.nan)
-    with pytest.raises(RuntimeError, match="non-finite chunk"):
-        policy.act(observation)
+    for compile in (True, False):
+        with pytest.raises(RuntimeError, match="non-finite chunk"):
+            FlowPolicy(policy.model, task.scene, compile=compile).act(observation)

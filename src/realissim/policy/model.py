@@ -16,7 +16,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from realissim.policy.flow import FlowConfig, euler_sample, flow_loss
+from realissim.policy.flow import FlowConfig, VelocityField, euler_sample, flow_loss
 from realissim.policy.normalizer import Normalizer, NormMode
 from realissim.policy.observations import ObservationEncoder, ObsKind, make_encoder
 from realissim.policy.unet import ConditionalUNet1D, UNetConfig
@@ -117,11 +117,18 @@ class FlowPolicyModel(nn.Module):
         return flow_loss(self.velocity, target, self.condition(inputs), self.config.flow, generator)
 
     def sample(
-        self, inputs: Mapping[str, Tensor], reference: Tensor, noise: Tensor, steps: int | None = None
+        self,
+        inputs: Mapping[str, Tensor],
+        reference: Tensor,
+        noise: Tensor,
+        steps: int | None = None,
+        velocity: VelocityField | None = None,
     ) -> Tensor:
         """Chunks (B, m, A) in data units from `noise` (B, m, A) given raw inputs (B, ...) and reference q′
-        (B, J); K = `steps` or the config's Euler steps."""
-        x = euler_sample(self.velocity, noise, self.condition(inputs), steps or self.config.flow.steps)
+        (B, J); K = `steps` or the config's Euler steps; `velocity` replaces the network (e.g. its compiled
+        form) when given."""
+        field_ = velocity if velocity is not None else self.velocity
+        x = euler_sample(field_, noise, self.condition(inputs), steps or self.config.flow.steps)
         return self.from_generated(self.action_norm.unnormalize(x), reference)
 
 
@@ -133,12 +140,19 @@ def build_model(config: ModelConfig, scene: SceneSpec) -> FlowPolicyModel:
 
 @contextlib.contextmanager
 def torch_settings(threads: int, deterministic: bool | None = None) -> Iterator[None]:
-    """Torch's CPU thread count and (unless None) determinism flag for the duration, restored after."""
+    """Torch's CPU thread count and (unless None) determinism flag for the duration, restored after. Only what
+    differs is changed: setting the thread count rebuilds torch's thread pool, which cost more than a whole
+    chunk's sampling when done on every call."""
     was_threads, was_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(was_det if deterministic is None else deterministic)
+    det = was_det if deterministic is None else deterministic
+    if threads != was_threads:
+        torch.set_num_threads(threads)
+    if det != was_det:
+        torch.use_deterministic_algorithms(det)
     try:
         yield
     finally:
-        torch.set_num_threads(was_threads)
-        torch.use_deterministic_algorithms(was_det)
+        if threads != was_threads:
+            torch.set_num_threads(was_threads)
+        if det != was_det:
+            torch.use_deterministic_algorithms(was_det)
