@@ -36,14 +36,7 @@ from realissim.spec.state import StartState
 from realissim.tasks import Task, make
 from realissim.twin.kinematics import PusherIK, TipHold
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> object:
-    """One torch thread: on a busy 2-core machine a second OpenMP thread makes small kernels far slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 SMALL = ModelConfig(network=UNetConfig(channels=(16, 32, 64), time_dim=32))

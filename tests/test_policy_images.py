@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from realissim.data.recorder import EpisodeRecorder, meta_for_env
 from realissim.data.schema import DatasetError
@@ -31,12 +30,7 @@ SIZE = (32, 32)
 """Small images keep rendering and training fast here."""
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> object:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -347,6 +347,8 @@ class Train:
     """Peak learning rate."""
     actions: Literal["relative", "absolute"] = "absolute"
     """Joint waypoints generated relative to the held q′, or absolute (the paper)."""
+    input_noise: float = 0.0
+    """Training only: noise (std) on the normalised q and object pose inputs, a regulariser."""
     state_tip: bool = False
     """state: also the pusher tip's position (world, and in the object's frame) as inputs."""
     camera: str | None = None
@@ -371,6 +373,7 @@ class Train:
                 obs=self.obs,
                 actions=self.actions,
                 state_tip=self.state_tip,
+                input_noise=self.input_noise,
                 camera=self.camera,
                 image_size=self.image_size,
             ),

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 import realissim
-from realissim.spec.codec import from_dict, to_dict
+from realissim.spec.codec import first_difference, from_dict, to_dict
 from realissim.spec.errors import SpecError
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
@@ -190,34 +190,10 @@ def meta_mismatch(stored: DatasetMeta, new: DatasetMeta) -> str | None:
             if not math.isclose(a[name], b[name], rel_tol=1e-9):
                 return f"fps (dataset {a[name]!r}, new {b[name]!r})"
             continue
-        where = _first_difference(a[name], b[name], name)
+        where = first_difference(a[name], b[name], name, ("dataset", "new"))
         if where is not None:
             return where
     return None
-
-
-def _first_difference(a: Any, b: Any, path: str) -> str | None:
-    """Dotted path of the first place where JSON values a and b differ, with both values; None if equal."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            where = _first_difference(a.get(key), b.get(key), f"{path}.{key}")
-            if where is not None:
-                return where
-        return None
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b)):
-            where = _first_difference(x, y, f"{path}[{i}]")
-            if where is not None:
-                return where
-        return None
-    if a == b and isinstance(a, bool) == isinstance(b, bool):
-        return None
-    return f"{path} (dataset {_short(a)}, new {_short(b)})"
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass

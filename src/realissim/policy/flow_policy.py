@@ -12,7 +12,6 @@ import dataclasses
 import logging
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -23,24 +22,11 @@ from realissim.policy.checkpoint import CheckpointError, load_checkpoint
 from realissim.policy.flow import VelocityField
 from realissim.policy.model import FlowPolicyModel, ModelConfig, build_model, torch_settings
 from realissim.policy.observations import require_finite
-from realissim.spec.codec import from_dict
+from realissim.spec.codec import first_difference, from_dict
 from realissim.spec.errors import SpecError
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import TipHold
-
-
-def first_difference(a: Any, b: Any, path: str) -> str | None:
-    """Dotted path of the first place where JSON values `a` and `b` differ, with both values; None if equal."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            where = first_difference(a.get(key), b.get(key), f"{path}.{key}")
-            if where is not None:
-                return where
-        return None
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return next((w for i, (x, y) in enumerate(zip(a, b)) if (w := first_difference(x, y, f"{path}[{i}]"))), None)
-    return None if a == b else f"{path} (trained {str(a)[:40]}, given {str(b)[:40]})"
 
 
 def batched(observation: Observation) -> Observation:
@@ -139,7 +125,7 @@ class FlowPolicy:
         the policy depends on (its encoder's `scene_parts`: robot, objects, goals; cameras for images)."""
         a, b = scene_to_dict(self.scene), scene_to_dict(scene)
         for part in self.model.encoder.scene_parts:
-            where = first_difference(a.get(part), b.get(part), f"scene.{part}")
+            where = first_difference(a.get(part), b.get(part), f"scene.{part}", ("trained", "given"))
             if where is not None:
                 raise CheckpointError(f"{self.path}: incompatible scene: {where}")
 

@@ -161,6 +161,7 @@ class _Run:
         self.ema = build_model(m, dataset.meta.scene)
         self.ema.load_state_dict(self.model.state_dict())
         self.ema.requires_grad_(False)
+        self.ema.eval()  # validation without training-time noise or random crops
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.sampler = np.random.default_rng(config.seed)
         self.noise = torch.Generator().manual_seed(config.seed)

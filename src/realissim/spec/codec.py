@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import math
 import types
 import typing
@@ -142,3 +143,28 @@ def to_dict(spec: Any) -> Any:
     if isinstance(spec, (tuple, list)):
         return [to_dict(item) for item in spec]
     return spec
+
+
+def first_difference(a: Any, b: Any, path: str, labels: tuple[str, str] = ("old", "new")) -> str | None:
+    """The first place (dotted path from `path`, e.g. "scene.objects[0].mass") where JSON values `a` and `b`
+    differ, with both values under `labels`; None if they are equal (a bool never equals a number)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            where = first_difference(a.get(key), b.get(key), f"{path}.{key}", labels)
+            if where is not None:
+                return where
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            where = first_difference(x, y, f"{path}[{i}]", labels)
+            if where is not None:
+                return where
+        return None
+    if a == b and isinstance(a, bool) == isinstance(b, bool):
+        return None
+    return f"{path} ({labels[0]} {_short_json(a)}, {labels[1]} {_short_json(b)})"
+
+
+def _short_json(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
