@@ -129,3 +129,14 @@ def test_an_image_policy_trains_and_acts_in_a_batch_of_environments(
 def test_the_real_representation_needs_recorded_real_frames(image_data: Path, tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match=r"no real 'front' frames recorded .*only online"):
         train(image_config("real"), image_data, tmp_path / "run")
+
+
+def test_max_episodes_trains_on_the_first_successful_episodes_only(image_data: Path, tmp_path: Path) -> None:
+    from realissim.policy.checkpoint import load_checkpoint
+
+    model = ModelConfig(network=UNetConfig(channels=(16, 32), time_dim=16))
+    config = TrainConfig(model=model, steps=2, batch_size=4, val_fraction=0.0, max_episodes=1, progress=False)
+    meta, _ = load_checkpoint(train(config, image_data, tmp_path / "run").checkpoint)
+    assert meta["dataset"]["train_episodes"] == [0] and meta["dataset"]["train_frames"] == 30
+    with pytest.raises(ValueError, match="max_episodes"):
+        TrainConfig(max_episodes=0)

@@ -357,6 +357,8 @@ class Train:
     """Image representations: image width and height, px."""
     checkpoint_every: int = 2000
     """Steps between checkpoints."""
+    max_episodes: int | None = None
+    """Train on the dataset's first N successful episodes only (None: all)."""
     seed: int = 0
     """Seed of the weights, the validation split, the batches and the flow noise."""
     threads: int = 1
@@ -381,6 +383,7 @@ class Train:
             batch_size=self.batch_size,
             lr=self.lr,
             checkpoint_every=self.checkpoint_every,
+            max_episodes=self.max_episodes,
             seed=self.seed,
             threads=self.threads,
             progress=self.progress,

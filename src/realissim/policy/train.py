@@ -58,6 +58,9 @@ class TrainConfig:
     """AdamW's decoupled weight decay."""
     ema_decay: float = 0.999
     """Decay of the EMA weights the policy acts with (ramped up as min(decay, (1 + s) / (10 + s)))."""
+    max_episodes: int | None = None
+    """Use only the store's first N successful episodes (by index), e.g. to measure how success grows with the
+    number of demonstrations on one dataset; None: all."""
     val_fraction: float = 0.05
     """Fraction of episodes held out for the validation loss (by episode; at least one episode trains)."""
     val_every: int = 500
@@ -91,6 +94,8 @@ class TrainConfig:
                 raise ValueError(f"{name}: must be ≥ 1, got {getattr(self, name)}")
         if not (self.lr > 0 and self.warmup_steps >= 0 and self.weight_decay >= 0):
             raise ValueError("lr, warmup_steps, weight_decay: must be > 0, ≥ 0, ≥ 0")
+        if self.max_episodes is not None and self.max_episodes < 1:
+            raise ValueError(f"max_episodes: must be ≥ 1 or None, got {self.max_episodes}")
         if not 0 <= self.ema_decay < 1 or not 0 <= self.val_fraction < 1:
             raise ValueError("ema_decay and val_fraction: must be in [0, 1)")
 
@@ -151,7 +156,8 @@ class _Run:
     def __init__(self, config: TrainConfig, dataset: Dataset) -> None:
         self.config, self.dataset = config, dataset
         m = config.model
-        self.train_eps, self.val_eps = split_episodes(dataset.episodes, config.val_fraction, config.seed)
+        episodes = dataset.episodes[: config.max_episodes]
+        self.train_eps, self.val_eps = split_episodes(episodes, config.val_fraction, config.seed)
         torch.manual_seed(config.seed)
         self.model = build_model(m, dataset.meta.scene)
         self.train = build_samples(dataset, self.model.encoder, self.train_eps, m.horizon, m.waypoints)
