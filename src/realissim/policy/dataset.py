@@ -17,12 +17,15 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from realissim.data.reader import Dataset
 from realissim.data.schema import DatasetError, EpisodeInfo
-from realissim.policy.observations import ObservationEncoder
+
+if TYPE_CHECKING:  # the encoders import this module's fingerprint (render cache)
+    from realissim.policy.observations import ObservationEncoder
 
 
 @dataclass(frozen=True)
@@ -83,13 +86,12 @@ def split_episodes(
     )
 
 
-def fingerprint(dataset: Dataset) -> str:
-    """sha256 (hex) of the dataset's meta and the infos of its included episodes: it changes when either
-    does (an episode appended, a different store at the same path)."""
-    payload = {
-        "meta": dataset.meta.to_json(),
-        "episodes": [{"index": e.index, **e.to_json()} for e in dataset.episodes],
-    }
+def fingerprint(dataset: Dataset, all_episodes: bool = False) -> str:
+    """sha256 (hex) of the dataset's meta and the infos of its included episodes (or, with `all_episodes`,
+    of every stored one, failed ones too): it changes when either does (an episode appended, a different
+    store at the same path)."""
+    episodes = dataset.all_episodes if all_episodes else dataset.episodes
+    payload = {"meta": dataset.meta.to_json(), "episodes": [{"index": e.index, **e.to_json()} for e in episodes]}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 

@@ -160,11 +160,12 @@ class FlowPolicy:
         (nothing returned) if the network's chunk is not finite."""
         single = observation.batch_size is None
         require_finite(observation, ("q_des",))
-        inputs = self.model.encoder.observation_inputs(batched(observation))
+        observation = batched(observation)
+        inputs = self.model.encoder.observation_inputs(observation)
         b = next(iter(inputs.values())).shape[0]
         with torch_settings(self.threads):
             noise = torch.randn((b, self.config.waypoints, self.model.action_dim), generator=self._noise)
-            reference = torch.from_numpy(np.asarray(batched(observation).q_des, dtype=np.float32))
+            reference = torch.from_numpy(np.asarray(observation.q_des, dtype=np.float32))
             tensors = {k: torch.from_numpy(np.asarray(v)) for k, v in inputs.items()}
             x = self.model.sample(tensors, reference, noise, self.steps, self._compiled(noise, tensors))
         chunk = x.numpy().astype(np.float64)

@@ -11,7 +11,6 @@ to temporary files and renamed, key last, so an interrupted build leaves no cach
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -23,20 +22,12 @@ from tqdm import tqdm
 
 from realissim.data.reader import Dataset
 from realissim.data.render import StateRenderer
+from realissim.policy.dataset import fingerprint
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 """Bumped when the rendering of recorded states changes in a way the key cannot see."""
-
-
-def content_fingerprint(dataset: Dataset) -> str:
-    """sha256 (hex) of the dataset's meta and every stored episode's info (failed ones included)."""
-    payload = {
-        "meta": dataset.meta.to_json(),
-        "episodes": [{"index": e.index, **e.to_json()} for e in dataset.all_episodes],
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
 class RenderCache:
@@ -59,7 +50,7 @@ class RenderCache:
     def _key(self) -> dict[str, object]:
         return {
             "format": FORMAT_VERSION,
-            "dataset": content_fingerprint(self.dataset),
+            "dataset": fingerprint(self.dataset, all_episodes=True),
             "camera": self.camera,
             "size": list(self.size),
         }

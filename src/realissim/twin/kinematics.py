@@ -34,14 +34,19 @@ class IKConfig:
     stall_window: int = 5
 
 
+def robot_only_model(scene: SceneSpec) -> mujoco.MjModel:
+    """The MuJoCo model of `scene`'s robot alone (no objects, goals or cameras), for kinematics."""
+    return mujoco.MjModel.from_xml_string(scene_to_mjcf(dataclasses.replace(scene, objects=(), goals=(), cameras=())))
+
+
 class PusherIK:
     """Joint configurations that put the pusher tip at a world point with the rod pointing straight down."""
 
     def __init__(self, scene: SceneSpec, config: IKConfig = IKConfig()) -> None:
         if scene.robot.pusher is None:
             raise ValueError("PusherIK needs a robot with a pusher rod")
-        robot_only = dataclasses.replace(scene, objects=(), goals=(), cameras=())
-        self.model = mujoco.MjModel.from_xml_string(scene_to_mjcf(robot_only))
+        self.model = robot_only_model(scene)
+        self._scratch = mujoco.MjData(self.model)
         self.config = config
         self._conf = mink.Configuration(self.model)
         self._tip = mink.FrameTask(panda.TIP_SITE, "site", position_cost=1.0, orientation_cost=0.0, lm_damping=1e-3)
@@ -53,7 +58,7 @@ class PusherIK:
 
     def tip_position(self, q: ArrayLike) -> np.ndarray:
         """World position (3,) of the tip centre at joints q (J,)."""
-        data = mujoco.MjData(self.model)
+        data = self._scratch  # reused: this runs every recorded frame
         data.qpos[:] = q
         mujoco.mj_kinematics(self.model, data)
         return data.site_xpos[self._site].copy()
@@ -100,8 +105,7 @@ class TipHold:
     def __init__(self, scene: SceneSpec, iterations: int = 3, damping: float = 1e-4) -> None:
         if scene.robot.pusher is None:
             raise ValueError("TipHold needs a robot with a pusher rod")
-        robot_only = dataclasses.replace(scene, objects=(), goals=(), cameras=())
-        self.model = mujoco.MjModel.from_xml_string(scene_to_mjcf(robot_only))
+        self.model = robot_only_model(scene)
         self.data = mujoco.MjData(self.model)
         self.iterations, self.damping = iterations, damping
         self._site = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, panda.TIP_SITE)
