@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -12,6 +13,7 @@ from realissim.envs import Env
 from realissim.eval.episode import run_episode
 from realissim.expert.push_model import PushModel
 from realissim.expert.pusht import PushTExpert, footprint_distance, t_keypoints, t_outline
+from realissim.expert.routing import route_in_plane
 from realissim.geometry import yaw_quat
 from realissim.policy import Policy
 from realissim.tasks import make, start_set
@@ -94,3 +96,46 @@ def test_expert_solves_held_out_starts_offline(task) -> None:
         result = run_episode(env, expert, starts[i], 60.0)
         assert result.success, f"start {i}: final {result.final}"
         assert result.success_time < 40.0
+
+
+def _legs(route: np.ndarray, n: int = 200) -> np.ndarray:
+    return np.concatenate([np.linspace(p, q, n) for p, q in itertools.pairwise(route)])
+
+
+def test_route_in_plane_goes_around_the_t_on_the_shorter_side_and_straight_when_clear() -> None:
+    block = TBlock()
+    xy, yaw = np.array([0.1, 0.05]), 0.3
+    R = np.array([[math.cos(yaw), -math.sin(yaw)], [math.sin(yaw), math.cos(yaw)]])
+
+    def fp(p: np.ndarray) -> np.ndarray:
+        return footprint_distance(p, block)
+
+    a, b = xy + R @ np.array([0.0, -0.2]), xy + R @ np.array([0.01, 0.2])  # stem end to beyond the bar
+    route = route_in_plane(a, b, xy, yaw, block, fp, 0.022, 0.026)
+    assert route is not None and len(route) >= 3
+    assert np.allclose(route[0], a) and np.allclose(route[-1], b)
+    assert fp((_legs(route) - xy) @ R).min() >= 0.022 - 1e-9  # clear of the T all the way
+    assert np.sum(np.linalg.norm(np.diff(route, axis=0), axis=1)) < 0.4 + 2 * 0.12  # not the long way round
+    # Both ends clear and the segment between them too: one straight leg.
+    c = xy + R @ np.array([0.2, -0.2])
+    assert np.allclose(route_in_plane(a, c, xy, yaw, block, fp, 0.022, 0.026), [a, c])
+    # An end closer than the clearance (just behind a contact) is reached, never closer to the T than it is.
+    near = xy + R @ np.array([0.0, 0.0857 + 0.015])  # 1.5 cm beyond the bar's far side
+    route = route_in_plane(a, near, xy, yaw, block, fp, 0.022, 0.026)
+    assert route is not None and fp((_legs(route) - xy) @ R).min() >= 0.015 - 1e-6
+    # Nowhere allowed to pass: no route.
+    assert route_in_plane(a, b, xy, yaw, block, fp, 0.022, 0.026, allowed=lambda p: p[:, 0] < -1.0) is None
+
+
+def test_planar_expert_keeps_the_tip_at_pushing_height(task, expert) -> None:
+    env = Env(task)
+    obs = env.reset(start_set("pusht/eval-v1")[7])
+    expert.reset()
+    heights = []
+    for _ in range(12):
+        chunk = expert.act(obs)
+        heights += [expert.ik.tip_position(q)[2] for q in chunk.q_des]
+        obs, _ = env.step(chunk)
+    heights = np.asarray(heights)
+    low = heights[np.argmax(heights < expert.config.push_height + 0.005) :]  # after the first descent from home
+    assert len(low) > 100 and np.abs(low - expert.config.push_height).max() < 0.006

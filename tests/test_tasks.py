@@ -162,11 +162,11 @@ def test_make_applies_overrides_and_rejects_unknown_names() -> None:
 
 
 def test_unknown_start_set_lists_the_known_ones(task: PushTTask) -> None:
-    assert tasks.start_set_names() == ("pusht/eval-v1", "pusht/online-v1")
+    assert tasks.start_set_names() == ("pusht/eval-v1", "pusht/online-v1", "pusht/select-v1")
     for name in ("pusht/eval-v9", "pushq/eval-v1", "pusht"):
-        with pytest.raises(KeyError, match="pusht/eval-v1, pusht/online-v1"):
+        with pytest.raises(KeyError, match="pusht/eval-v1, pusht/online-v1, pusht/select-v1"):
             tasks.start_set(name)
-    with pytest.raises(KeyError, match="eval-v1, online-v1"):
+    with pytest.raises(KeyError, match="eval-v1, online-v1, select-v1"):
         task.start_set("eval-v9")
 
 
@@ -235,7 +235,7 @@ def test_rejects_a_t_under_a_low_home_tip() -> None:
 # --- the shipped start sets ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", ["eval-v1", "online-v1"])
+@pytest.mark.parametrize("version", ["eval-v1", "online-v1", "select-v1"])
 def test_shipped_start_set_is_what_its_seed_generates(task: PushTTask, version: str) -> None:
     shipped = tasks.start_set(f"pusht/{version}")
     spec = task.start_sets[version]
@@ -243,7 +243,7 @@ def test_shipped_start_set_is_what_its_seed_generates(task: PushTTask, version: 
     assert tasks.generate_start_set(task, spec.count, spec.seed) == shipped
 
 
-@pytest.mark.parametrize("version", ["eval-v1", "online-v1"])
+@pytest.mark.parametrize("version", ["eval-v1", "online-v1", "select-v1"])
 def test_shipped_starts_are_valid(task: PushTTask, version: str) -> None:
     starts = task.start_set(version)
     rest_z = task.scene.object(T_NAME).pose.pos[2]
@@ -258,8 +258,9 @@ def test_shipped_starts_are_valid(task: PushTTask, version: str) -> None:
     assert len(set(starts)) == len(starts)
 
 
-def test_eval_and_online_sets_differ(task: PushTTask) -> None:
-    assert not set(task.start_set("eval-v1")) & set(task.start_set("online-v1"))
+def test_eval_online_and_selection_sets_are_disjoint(task: PushTTask) -> None:
+    sets = [set(task.start_set(v)) for v in ("eval-v1", "online-v1", "select-v1")]
+    assert not sets[0] & sets[1] and not sets[0] & sets[2] and not sets[1] & sets[2]
 
 
 def test_start_set_file_is_checked_against_its_header(

@@ -13,12 +13,14 @@ Each decision, from what a policy sees (the twin's T pose and arm joints, never 
    corners, centre) from the same points at the goal pose, m. The best candidates are refined by local
    perturbation and rolled out again; the best of all is executed, unless it does not beat standing still,
    in which case shorter pushes are tried.
-4. **Execution.** The tip travels to the approach point (in the table plane when the way is clear of the T,
-   otherwise lifted over it), pushes, backs off, and holds while the T settles; the tip path is turned into
-   joints by the planar IK (`PusherIK`, rod vertical) and emitted as chunks. Then it decides again.
+4. **Execution.** The tip travels to the approach point in the table plane, on the shortest route around the
+   T (`expert.routing`; lifted over it only where no such route exists, or with `planar` off), pushes, backs
+   off, and holds while the T settles; the tip path is turned into joints by the planar IK (`PusherIK`, rod
+   vertical) and emitted as chunks. Then it decides again.
 
-When the T covers its goal by `done_coverage` (judged on the twin), the expert lifts the rod clear and holds,
-checking again every chunk. Its progress estimate is the fraction of the start's keypoint cost removed.
+When the T covers its goal by `done_coverage` (judged on the twin), the expert holds (lifting the rod clear
+first unless `planar`), checking again every chunk. Its progress estimate is the fraction of the start's
+keypoint cost removed.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from numpy.typing import ArrayLike
 from realissim.assets import panda
 from realissim.assets.pusht import T_NAME, TBlock
 from realissim.expert.push_model import PushModel, PushModelConfig
+from realissim.expert.routing import route_in_plane
 from realissim.expert.scripted import joint_trajectory, sample_path
 from realissim.geometry import quat_yaw
 from realissim.policy.base import ActionChunk, Observation
@@ -51,11 +54,18 @@ class PushTExpertConfig:
     push_height: float = 0.015
     """Tip centre height while pushing, m."""
     hover: float = 0.065
-    """Tip centre height when travelling over the T, m (the T is 0.035 m tall)."""
+    """Tip centre height when travelling over the T, m (the T is 0.035 m tall): only where no route in the
+    table plane exists (or `planar` is off)."""
+    planar: bool = True
+    """Travel in the table plane around the T (shortest route past its corners) instead of over it, so the tip
+    stays at `push_height` all episode, as the paper's demonstrations held the arm planar: a policy cloning
+    them then has one height to learn, not a choice between pushing and travelling heights."""
     approach_gap: float = 0.015
     """Free distance between the rod and the T at the approach point, m."""
     clearance: float = 0.012
     """Least distance kept between the rod and the T when travelling in the table plane, m."""
+    corner_margin: float = 0.004
+    """Extra distance beyond `clearance` of the corners a planar route passes, m."""
     travel_speed: float = 0.35
     """Tip speed between pushes, m/s."""
     push_speed: float = 0.08
@@ -254,7 +264,7 @@ class PushTExpert:
         """Lift the rod (if low) and hold for one horizon: the T is placed."""
         cfg = self.config
         up = np.array([tip[0], tip[1], cfg.hover])
-        tips = [tip, up] if tip[2] < cfg.hover - 1e-3 else [tip, tip]
+        tips = [tip, up] if tip[2] < cfg.hover - 1e-3 and not cfg.planar else [tip, tip]
         plan = self._joints([np.asarray(tips)], [cfg.travel_speed], q)
         n = max(cfg.waypoints + 1, len(plan))
         plan = np.concatenate([plan, np.repeat(plan[-1:], n - len(plan), axis=0)])
@@ -377,9 +387,10 @@ class PushTExpert:
         z, h = cfg.push_height, cfg.hover
         a = np.array([*push.approach, z])
         low = tip[2] < z + 0.01
-        if low and self._clear_path(tip[:2], push.approach, xy, yaw):
+        travel = self._plane_travel(tip, push.approach, xy, yaw) if cfg.planar else None
+        if travel is None and low and self._clear_path(tip[:2], push.approach, xy, yaw):
             travel = np.array([tip, a])
-        else:
+        if travel is None:
             top = max(h, tip[2])
             travel = np.array([tip, [tip[0], tip[1], top], [a[0], a[1], top], a])
         end = a.copy()
@@ -387,6 +398,37 @@ class PushTExpert:
         back = end.copy()
         back[:2] -= push.direction * cfg.retreat
         return [travel, np.array([a, end]), np.array([end, back])], [cfg.travel_speed, cfg.push_speed, cfg.push_speed]
+
+    def _plane_travel(self, tip: np.ndarray, approach: np.ndarray, xy: np.ndarray, yaw: float) -> np.ndarray | None:
+        """Tip polyline (M, 3) m from `tip` (3,) to the approach point (2,) in the table plane around the T
+        (first straight down when the tip is high and clear of the T below it); None when there is none."""
+        cfg = self.config
+        z, lo, hi = cfg.push_height, cfg.reach[0], cfg.reach[1]
+        check = self._rod + cfg.clearance
+        R = _rot(np.array(yaw))
+        points = [tip]
+        if tip[2] > z + 0.01:
+            if footprint_distance((tip[:2] - xy) @ R, self.block) < check:
+                return None
+            points.append(np.array([tip[0], tip[1], z]))
+
+        ends = np.linalg.norm(np.stack([tip[:2], approach]) - self._base, axis=-1)
+        lo, hi = min(lo - 0.05, *ends) - 1e-3, max(hi + 0.02, *ends) + 1e-3  # travel may go a little wider
+
+        def reach(p: np.ndarray) -> np.ndarray:
+            r = np.linalg.norm(p - self._base, axis=-1)
+            return (r >= lo) & (r <= hi)
+
+        route = route_in_plane(
+            tip[:2], approach, xy, yaw, self.block, lambda p: footprint_distance(p, self.block), check,
+            check + cfg.corner_margin, allowed=reach,
+        )  # fmt: skip
+        if route is None:
+            log.info("no route in the table plane from %s to %s: travelling over the T", tip[:2].round(3),
+                     approach.round(3))  # fmt: skip
+            return None
+        points += [np.array([p[0], p[1], z]) for p in route[1:]]
+        return np.asarray(points)
 
     def _joints(self, polylines: list[np.ndarray], speeds: list[float], q: np.ndarray) -> np.ndarray:
         """Joint targets (L, J) every H/m s along the polylines, the first at `q`."""

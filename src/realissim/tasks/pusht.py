@@ -212,6 +212,7 @@ class PushTTask(Task[PushTTaskConfig]):
     start_sets: ClassVar[Mapping[str, StartSetSpec]] = {
         "eval-v1": StartSetSpec(count=100, seed=20261201),
         "online-v1": StartSetSpec(count=20, seed=20261202),
+        "select-v1": StartSetSpec(count=50, seed=20261203),
     }
 
     def __init__(self, config: PushTTaskConfig = PushTTaskConfig()) -> None:
