@@ -437,16 +437,19 @@ class PolicyCmd:
 
 @dataclass
 class EvalOffline:
-    """Evaluate a trained policy: `realissim eval offline CHECKPOINT` runs a start set in parallel virtual twins
-    (BatchEnv), success judged on the task's ground truth with a Wilson 95 % interval; writes OUT/results.json
-    and OUT/episodes.csv."""
+    """Evaluate trained policies. `realissim eval offline CHECKPOINT` runs a start set in parallel virtual twins
+    (BatchEnv), success judged on the task's ground truth with a Wilson 95 % interval, and the policy's own
+    progress > 0.9 beside it (agreement: confusion matrix, Cohen's κ); writes OUT/results.json and
+    OUT/episodes.csv. `realissim eval sweep RUN` does so for every checkpoint of a training run (default start set
+    pusht/select-v1, disjoint from the test set), plots success against step and names the checkpoint it would
+    choose; it resumes where it stopped."""
 
-    mode: tyro.conf.Positional[Literal["offline"]]
-    """Where: offline (virtual twins)."""
-    checkpoint: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINT")]
-    """A flow-policy checkpoint (a run's last.pt or checkpoints/step_*.pt)."""
-    starts: str = "pusht/eval-v1"
-    """The start set."""
+    mode: tyro.conf.Positional[Literal["offline", "sweep"]]
+    """offline: one checkpoint in virtual twins; sweep: every checkpoint of a run, offline."""
+    target: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINT|RUN")]
+    """offline: a flow-policy checkpoint (a run's last.pt or checkpoints/step_*.pt); sweep: a training run."""
+    starts: str | None = None
+    """The start set (None: pusht/eval-v1 for offline, pusht/select-v1 for sweep)."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -462,9 +465,41 @@ class EvalOffline:
     threads: int = 1
     """Torch threads."""
     out: Path | None = None
-    """Where to write results.json and episodes.csv (None: print only)."""
+    """Where to write the reports (offline: None prints only; sweep: None is RUN/sweep/<start set>)."""
 
     def run(self) -> int:
+        if self.mode == "sweep":
+            return self._sweep()
+        return self._offline()
+
+    def _sweep(self) -> int:
+        from realissim.eval.sweep import SweepSettings, sweep_offline
+        from realissim.policy.checkpoint import CheckpointError
+
+        settings = SweepSettings(
+            self.starts or "pusht/select-v1", self.limit, self.envs, self.max_seconds, self.replan_every,
+            self.steps, self.seed,
+        )  # fmt: skip
+        try:
+            rows, best, out = sweep_offline(self.target, settings, self.out, self.threads)
+        except (KeyError, ValueError) as err:
+            print(f"invalid option: {err}", file=sys.stderr)
+            return 2
+        except CheckpointError as err:
+            print(f"checkpoint error: {err}", file=sys.stderr)
+            return 3
+        print(f"Checkpoint sweep of {self.target} on {settings.starts} (offline)")
+        print(f"  {'step':>8}  {'success':>8}  {'95 % CI':>13}  {'progress>0.9':>12}  {'coverage':>8}")
+        for r in rows:
+            mark = "  <- chosen" if r is best else ""
+            print(f"  {r.step:>8}  {r.successes:>3}/{r.episodes:<4}  {100 * r.success_ci95[0]:5.1f}–"
+                  f"{100 * r.success_ci95[1]:5.1f} %  {100 * r.progress_success:11.0f}%  "
+                  f"{r.mean_final_coverage:8.3f}{mark}")  # fmt: skip
+        print(f"chosen: {best.checkpoint}")
+        print(f"outputs in {out}/ (sweep.json, success.png, one folder per checkpoint)")
+        return 0
+
+    def _offline(self) -> int:
         from realissim.envs import EnvConfig
         from realissim.eval.offline import evaluate_offline, write_report
         from realissim.policy.checkpoint import CheckpointError
@@ -472,9 +507,10 @@ class EvalOffline:
         from realissim.tasks import start_set
 
         try:
-            starts = start_set(self.starts)[: self.limit]
-            policy = FlowPolicy.load(self.checkpoint, steps=self.steps, seed=self.seed, threads=self.threads)
-            task = make(self.starts.partition("/")[0])
+            name = self.starts or "pusht/eval-v1"
+            starts = start_set(name)[: self.limit]
+            policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
+            task = make(name.partition("/")[0])
             policy.check_scene(task.scene)
             config = policy.env_config(EnvConfig(replan_every=self.replan_every))
             report = evaluate_offline(task, policy, starts, self.envs, self.max_seconds, config)
@@ -486,9 +522,9 @@ class EvalOffline:
             return 3
         summary = report.summary()
         if self.out is not None:
-            about = {"checkpoint": str(self.checkpoint), "starts": self.starts, "replan_every": self.replan_every}
+            about = {"checkpoint": str(self.target), "starts": name, "replan_every": self.replan_every}
             write_report(report, self.out, about)
-        _print_report(f"Offline evaluation of {self.checkpoint} on {self.starts}", summary, self.out)
+        _print_report(f"Offline evaluation of {self.target} on {name}", summary, self.out)
         return 0
 
 

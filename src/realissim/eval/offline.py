@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from realissim.envs import BatchEnv, EnvConfig
 from realissim.eval.episode import EpisodeResult, run_episodes
-from realissim.eval.stats import wilson
+from realissim.eval.stats import agreement, wilson
 from realissim.geometry import quat_yaw
 from realissim.policy.base import Policy
 from realissim.spec.state import StartState
@@ -47,18 +47,24 @@ class OfflineReport:
         return sum(r.success for r in self.results)
 
     def summary(self) -> dict[str, object]:
-        """Rates with intervals, median time to success, final coverage, throughput (× real time per env)."""
+        """Rates with intervals, the policy's own success claims (progress > threshold) and their agreement with the
+        ground truth (Cohen's κ; matrix[truth][claim], 0 failure, 1 success), median time to success, final
+        coverage, throughput (× real time per env)."""
         n, k = len(self.results), self.successes
         low, high = wilson(k, n)
         times = [r.success_time for r in self.results if r.success]
         simulated = sum(r.duration for r in self.results)
-        self_k = sum(bool(r.progress) and max(r.progress) > self.progress_threshold for r in self.results)
+        claimed = [bool(r.progress) and max(r.progress) > self.progress_threshold for r in self.results]
+        self_k = sum(claimed)
+        agree = agreement([r.success for r in self.results], claimed)
         return {
             "episodes": n,
             "success": k / n if n else float("nan"),
             "success_ci95": [low, high],
             "successes": k,
             "progress_success": self_k / n if n else float("nan"),
+            "progress_agreement_kappa": agree.kappa,
+            "progress_agreement_matrix": [list(row) for row in agree.matrix],
             "median_time_to_success_s": float(np.median(times)) if times else float("nan"),
             "mean_final_coverage": float(np.mean([r.final.get("coverage", np.nan) for r in self.results])),
             "x_realtime_per_env": simulated / self.wall_s / self.envs if self.wall_s > 0 else float("nan"),

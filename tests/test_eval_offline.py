@@ -1,0 +1,90 @@
+"""Offline evaluation and checkpoint sweeps through their public interfaces: scripted policies that always and
+never succeed, a progress that lies, and the sweep's choice, resume and outputs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from realissim.eval.offline import OfflineReport, evaluate_offline, write_report
+from realissim.eval.sweep import SweepRow, choose, run_checkpoints
+from realissim.expert.pusht import PushTExpert
+from realissim.geometry import quat_yaw, yaw_quat
+from realissim.policy.base import ActionChunk, Observation, PerEnvPolicies
+from realissim.spec.state import StartState
+from realissim.tasks import make
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make("pusht")
+
+
+class HoldStill:
+    """Holds the arm where it is; reports `claim` as its progress (an honest 0, or a lie)."""
+
+    def __init__(self, claim: float = 0.0) -> None:
+        self.claim = claim
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, observation: Observation) -> ActionChunk:
+        q = np.asarray(observation.q, dtype=np.float64)
+        return ActionChunk(np.repeat(q[None], 32, axis=0), np.full(32, self.claim), 1.0)
+
+
+def near_goal_starts(task, offsets: list[tuple[float, float, float]]) -> list[StartState]:
+    """The T at its goal moved by (dx, dy, dyaw) (m, m, rad): unsolved, but one or two pushes away."""
+    goal = next(g.pose for g in task.scene.goals)
+    out = []
+    for dx, dy, dyaw in offsets:
+        pos = np.asarray(goal.pos) + np.array([dx, dy, 0.0])
+        quat = yaw_quat(float(quat_yaw(np.asarray(goal.quat))) + dyaw)
+        start = StartState.from_arrays(pos[None], np.asarray(quat)[None], np.asarray(task.scene.robot.home))
+        assert task.reject_reason(start) is None
+        out.append(start)
+    return out
+
+
+def test_always_and_never_successful_policies_score_100_and_0_and_a_lying_progress_is_caught(task, tmp_path) -> None:
+    starts = near_goal_starts(task, [(0.0, 0.04, 0.0), (0.03, -0.02, 0.3)])
+    expert = evaluate_offline(task, PerEnvPolicies([PushTExpert(task.scene)]), starts, 1, 20.0, progress=False)
+    s = expert.summary()
+    assert expert.successes == 2, [r.final for r in expert.results]
+    assert s["success"] == 1.0 and s["success_ci95"][0] > 0.15 and s["median_time_to_success_s"] < 20.0
+    never = evaluate_offline(task, PerEnvPolicies([HoldStill(), HoldStill()]), starts, 2, 3.0, progress=False)
+    s = never.summary()
+    assert never.successes == 0 and s["success"] == 0.0 and s["progress_success"] == 0.0
+    assert s["mean_final_coverage"] < 0.95
+    # The honest expert beside a liar (holds still, claims to be done): the claims say 3/3, the truth 2/3.
+    liar = evaluate_offline(task, PerEnvPolicies([HoldStill(1.0)]), starts[:1], 1, 3.0, progress=False)
+    mixed = OfflineReport(expert.results + liar.results, expert.wall_s + liar.wall_s, 1)
+    s = mixed.summary()
+    assert s["successes"] == 2 and s["progress_success"] == 1.0
+    assert s["progress_agreement_matrix"] == [[0, 1], [0, 2]] and s["progress_agreement_kappa"] == pytest.approx(0)
+    write_report(mixed, tmp_path / "r", {"what": "test"})
+    saved = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert saved["what"] == "test" and saved["successes"] == 2
+    assert len((tmp_path / "r" / "episodes.csv").read_text().splitlines()) == 4
+
+
+def test_sweep_finds_checkpoints_by_step_and_chooses_the_most_successful(tmp_path) -> None:
+    with pytest.raises(ValueError, match="no checkpoints"):
+        run_checkpoints(tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    for step in (2000, 10000, 400):
+        (tmp_path / "checkpoints" / f"step_{step:07d}.pt").write_bytes(b"")
+    (tmp_path / "checkpoints" / "notes.txt").write_text("")
+    assert [s for s, _ in run_checkpoints(tmp_path)] == [400, 2000, 10000]
+
+    def row(step: int, k: int) -> SweepRow:
+        return SweepRow(step, f"step_{step}", 50, k, k / 50, (0.0, 1.0), 0.0, math.nan)
+
+    assert choose([row(400, 10), row(2000, 31), row(10000, 30)]).step == 2000
+    assert choose([row(400, 10), row(2000, 31), row(10000, 31)]).step == 10000  # a tie goes to more training
+    with pytest.raises(ValueError):
+        choose([])
