@@ -47,10 +47,24 @@ def batched(observation: Observation) -> Observation:
 log = logging.getLogger(__name__)
 
 
+def limit_rate(q: np.ndarray, start: np.ndarray, max_step: np.ndarray) -> np.ndarray:
+    """Waypoints (B, m, J) rad with each joint's change from the previous waypoint (the first: from `start`
+    (B, J)) clipped to ±`max_step` (J,) rad: a joint follows its requested path as fast as it may."""
+    out = np.empty_like(q)
+    prev = start
+    for i in range(q.shape[1]):
+        prev = prev + np.clip(q[:, i] - prev, -max_step, max_step)
+        out[:, i] = prev
+    return out
+
+
 class FlowPolicy:
     """Acts with `model` (eval mode, EMA weights) trained in `scene`; chunks sampled with K = `steps` (None:
     the trained config's) Euler steps from noise drawn by a generator seeded with `seed` at every `reset`,
-    on `threads` torch threads. With `compile`, the velocity network is traced and frozen at the first `act`
+    on `threads` torch threads. With `rate_limit`, consecutive waypoints (from the twin's current target
+    `Observation.q_des`) never ask a joint to move faster than its velocity limit: an undertrained or confused
+    network cannot make the twin's arm jump (the demonstrations respect the limits, so a good chunk is
+    unchanged). With `compile`, the velocity network is traced and frozen at the first `act`
     (its weights are captured then: change the model's weights afterwards and build a new policy). `path`
     names the checkpoint in errors."""
 
@@ -63,6 +77,7 @@ class FlowPolicy:
         seed: int = 0,
         threads: int = 1,
         tip_floor: float | None = None,
+        rate_limit: bool = True,
         compile: bool = True,
         path: str | Path = "<model>",
     ) -> None:
@@ -75,6 +90,7 @@ class FlowPolicy:
         self.steps, self.seed, self.threads = steps or self.config.flow.steps, seed, threads
         self._lower = np.array([j.lower for j in scene.robot.joints])
         self._upper = np.array([j.upper for j in scene.robot.joints])
+        self._vmax = np.array([j.velocity for j in scene.robot.joints]) if rate_limit else None
         self._noise = torch.Generator().manual_seed(seed)
         self.compile = compile
         self._traced: torch.jit.ScriptModule | None = None
@@ -89,6 +105,7 @@ class FlowPolicy:
         seed: int = 0,
         threads: int = 1,
         hold: bool = True,
+        rate_limit: bool = True,
     ) -> FlowPolicy:
         """The policy in checkpoint `path`. With `obs`, it must have been trained on that representation; with
         `scene`, the scene it will act in must agree with its training scene where the policy depends on it.
@@ -110,7 +127,9 @@ class FlowPolicy:
         except (ValueError, RuntimeError) as err:
             raise CheckpointError(f"{path}: weights do not fit the model its config describes: {err}") from None
         floor = meta.get("tip_floor") if hold else None
-        policy = FlowPolicy(model, trained, steps=steps, seed=seed, threads=threads, tip_floor=floor, path=path)
+        policy = FlowPolicy(
+            model, trained, steps=steps, seed=seed, threads=threads, tip_floor=floor, rate_limit=rate_limit, path=path
+        )
         if scene is not None:
             policy.check_scene(scene)
         return policy
@@ -174,5 +193,9 @@ class FlowPolicy:
         q = np.clip(chunk[..., :-1], self._lower, self._upper)
         if self._hold is not None and self.tip_floor is not None:
             q = self._hold.project(q, self.tip_floor)
+        if self._vmax is not None:
+            q = limit_rate(
+                q, np.asarray(observation.q_des, dtype=np.float64), self._vmax * self.config.horizon / q.shape[1]
+            )
         progress = np.clip(chunk[..., -1], 0.0, 1.0)
         return ActionChunk(q[0] if single else q, progress[0] if single else progress, self.config.horizon)

@@ -27,7 +27,13 @@ class IKConfig:
     """Largest accepted tip position error, m."""
     max_iterations: int = 200
     posture_cost: float = 1e-3
-    """Weight pulling the solution towards the seed configuration (resolves redundancy)."""
+    """Weight pulling the solution towards the posture target (resolves the arm's redundancy)."""
+    posture: str = "home"
+    """"home": every solve starts at, and is pulled towards, the robot's home joints, so the joints for a tip point
+    do not depend on the path that led there (a path that returns returns the arm to the same joints, and the
+    joints are a function of the tip that a policy can learn); the caller's seed is used only if that solve
+    fails. "seed": start at and stay near the caller's seed (least motion, but along long paths the null space
+    drifts and the arm can end up twisted against its joint limits)."""
     damping: float = 1e-4
     stall: float = 1e-5
     """Non-strict solves stop when the tip error shrank by less than this over `stall_window` iterations, m."""
@@ -52,7 +58,10 @@ class PusherIK:
         self._tip = mink.FrameTask(panda.TIP_SITE, "site", position_cost=1.0, orientation_cost=0.0, lm_damping=1e-3)
         self._down = mink.AxisAlignTask(panda.TIP_SITE, "site", axis=(0.0, 0.0, 1.0), cost=1.0)
         self._down.set_target(np.array([0.0, 0.0, -1.0]))
+        if config.posture not in ("home", "seed"):
+            raise ValueError(f"IKConfig.posture must be 'home' or 'seed', got {config.posture!r}")
         self._posture = mink.PostureTask(self.model, cost=config.posture_cost)
+        self._home = np.asarray(scene.robot.home, dtype=np.float64)
         self._limits = [mink.ConfigurationLimit(self.model)]
         self._site = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, panda.TIP_SITE)
 
@@ -64,15 +73,25 @@ class PusherIK:
         return data.site_xpos[self._site].copy()
 
     def solve(self, tip_W: ArrayLike, seed: ArrayLike, strict: bool = True) -> np.ndarray:
-        """Joints (J,) placing the tip centre at `tip_W` (3,) m with the rod vertical, starting at `seed`.
+        """Joints (J,) placing the tip centre at `tip_W` (3,) m with the rod vertical: with the home posture
+        target, solved from the home joints (falling back to `seed` if that fails); otherwise from `seed`.
 
         Raises IKError if the tip error stays above the tolerance; with `strict=False` returns the closest
         configuration found instead (within the joint limits), stopping once the error no longer shrinks by
         `stall` m over `stall_window` iterations (an unreachable target otherwise costs every iteration).
         """
+        if self.config.posture == "home":
+            try:
+                return self._solve(tip_W, self._home, self._home, strict=True)
+            except IKError:
+                pass
+        seed = np.asarray(seed, dtype=np.float64)
+        return self._solve(tip_W, seed, seed, strict)
+
+    def _solve(self, tip_W: ArrayLike, start: np.ndarray, posture: np.ndarray, strict: bool) -> np.ndarray:
         target = np.asarray(tip_W, dtype=np.float64)
-        self._conf.update(np.asarray(seed, dtype=np.float64))
-        self._posture.set_target(np.asarray(seed, dtype=np.float64))
+        self._conf.update(start)
+        self._posture.set_target(posture)
         self._tip.set_target(mink.SE3.from_translation(target))
         tasks = [self._tip, self._down, self._posture]
         err, history = np.inf, []
