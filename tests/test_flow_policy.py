@@ -207,7 +207,8 @@ def test_training_overfits_one_demonstration_and_the_policy_reproduces_it(
     (median < 12 mm at every quarter of the chunk; 6–8 mm measured), and in the twin, from its start, the
     policy's first second moves the tip where the demonstration did (< 25 mm at 0.5 s and 1 s; 11 and 21 mm
     measured with the planar expert's demonstration, whose push starts at 0.75 s: the clone runs ~0.2 s ahead).
-    A policy overfitted to one demonstration does not recover from its own small errors, so the whole closed-loop episode is not asked to match: that is what the 60-demonstration benchmark measures."""
+    A policy overfitted to one demonstration does not recover from its own small errors, so the whole closed-loop
+    episode is not asked to match: that is what the 60-demonstration benchmark measures."""
     losses = trained.losses
     assert losses[-20:].mean() < 0.05 * losses[:10].mean()
     dataset = Dataset(demo)
