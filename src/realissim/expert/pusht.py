@@ -413,7 +413,7 @@ class PushTExpert:
             points.append(np.array([tip[0], tip[1], z]))
 
         ends = np.linalg.norm(np.stack([tip[:2], approach]) - self._base, axis=-1)
-        lo, hi = min(lo - 0.05, *ends) - 1e-3, max(hi + 0.02, *ends) + 1e-3  # travel may go a little wider
+        lo, hi = min(lo, *ends) - 1e-3, max(hi + 0.02, *ends) + 1e-3  # not nearer the base than pushes go
 
         def reach(p: np.ndarray) -> np.ndarray:
             r = np.linalg.norm(p - self._base, axis=-1)
