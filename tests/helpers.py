@@ -7,10 +7,11 @@ import math
 import numpy as np
 
 from realissim.expert.scripted import ScriptedPush
-from realissim.geometry import yaw_quat
+from realissim.geometry import quat_yaw, yaw_quat
 from realissim.policy import ActionChunk, Observation
 from realissim.spec.scene import Pose, SceneSpec
 from realissim.spec.state import StartState
+from realissim.tasks import Task
 
 
 def random_start(scene: SceneSpec, rng: np.random.Generator, spread: float | None = None) -> StartState:
@@ -49,3 +50,30 @@ def scripted_targets(scene: SceneSpec, dt: float, n: int) -> np.ndarray:
     step = policy.config.horizon / policy.config.waypoints
     chunk = ActionChunk(plan[1:], np.zeros(len(plan) - 1), horizon=step * (len(plan) - 1))
     return chunk.targets(plan[0], dt, n)[0]
+
+
+class HoldStill:
+    """Holds the arm where it is; reports `claim` as its progress (an honest 0, or a lie)."""
+
+    def __init__(self, claim: float = 0.0) -> None:
+        self.claim = claim
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, observation: Observation) -> ActionChunk:
+        q = np.asarray(observation.q, dtype=np.float64)
+        return ActionChunk(np.repeat(q[None], 32, axis=0), np.full(32, self.claim), 1.0)
+
+
+def near_goal_starts(task: Task, offsets: list[tuple[float, float, float]]) -> list[StartState]:
+    """The T at its goal moved by (dx, dy, dyaw) (m, m, rad): unsolved, but one or two pushes away."""
+    goal = next(g.pose for g in task.scene.goals)
+    out = []
+    for dx, dy, dyaw in offsets:
+        pos = np.asarray(goal.pos) + np.array([dx, dy, 0.0])
+        quat = yaw_quat(float(quat_yaw(np.asarray(goal.quat))) + dyaw)
+        start = StartState.from_arrays(pos[None], np.asarray(quat)[None], np.asarray(task.scene.robot.home))
+        assert task.reject_reason(start) is None
+        out.append(start)
+    return out

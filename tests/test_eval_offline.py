@@ -6,48 +6,19 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 
+from helpers import HoldStill, near_goal_starts
 from realissim.eval.offline import OfflineReport, evaluate_offline, write_report
 from realissim.eval.sweep import SweepRow, choose, run_checkpoints
 from realissim.expert.pusht import PushTExpert
-from realissim.geometry import quat_yaw, yaw_quat
-from realissim.policy.base import ActionChunk, Observation, PerEnvPolicies
-from realissim.spec.state import StartState
+from realissim.policy.base import PerEnvPolicies
 from realissim.tasks import make
 
 
 @pytest.fixture(scope="module")
 def task():
     return make("pusht")
-
-
-class HoldStill:
-    """Holds the arm where it is; reports `claim` as its progress (an honest 0, or a lie)."""
-
-    def __init__(self, claim: float = 0.0) -> None:
-        self.claim = claim
-
-    def reset(self) -> None:
-        pass
-
-    def act(self, observation: Observation) -> ActionChunk:
-        q = np.asarray(observation.q, dtype=np.float64)
-        return ActionChunk(np.repeat(q[None], 32, axis=0), np.full(32, self.claim), 1.0)
-
-
-def near_goal_starts(task, offsets: list[tuple[float, float, float]]) -> list[StartState]:
-    """The T at its goal moved by (dx, dy, dyaw) (m, m, rad): unsolved, but one or two pushes away."""
-    goal = next(g.pose for g in task.scene.goals)
-    out = []
-    for dx, dy, dyaw in offsets:
-        pos = np.asarray(goal.pos) + np.array([dx, dy, 0.0])
-        quat = yaw_quat(float(quat_yaw(np.asarray(goal.quat))) + dyaw)
-        start = StartState.from_arrays(pos[None], np.asarray(quat)[None], np.asarray(task.scene.robot.home))
-        assert task.reject_reason(start) is None
-        out.append(start)
-    return out
 
 
 def test_always_and_never_successful_policies_score_100_and_0_and_a_lying_progress_is_caught(task, tmp_path) -> None:

@@ -1,0 +1,189 @@
+"""Online evaluation: a policy acting through the corrected twin while the surrogate real world follows.
+
+Each episode runs in an `Env` over a `Surrogate` (its own process; correction and follower on, lock-step by
+default), from a held-out start set (default `pusht/online-v1`) × `trials`. Success is judged on the world's
+oracle (evaluation only: nothing the policy or the twin sees reads it) and, beside it, by the policy's own
+progress > 0.9 (the paper's criterion); each episode also records how far the twin's object was from the real
+one (`SyncErrors`, from the oracle), the desync detector's events and the re-acquisitions.
+
+The surrogate is reset between episodes, not respawned. If it dies or hangs during an episode, that episode
+ends as an *error* (not a failure of the policy: it is left out of the success rate and reported), every
+finished episode is kept, and the evaluation goes on with a fresh surrogate.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from realissim.envs import Env, EnvConfig
+from realissim.envs.env import FrameInfo
+from realissim.eval.episode import EpisodeObserver, EpisodeResult, run_episode
+from realissim.eval.stats import agreement, wilson
+from realissim.policy.base import Policy
+from realissim.real.surrogate import Surrogate, SurrogateConfig, SurrogateError
+from realissim.spec.state import StartState
+from realissim.tasks import Task
+
+log = logging.getLogger(__name__)
+
+
+class SyncErrors(EpisodeObserver):
+    """Every `every` frames of an online episode: the planar distance (m) between each twin object and the same
+    object in the world's oracle (evaluation only)."""
+
+    def __init__(self, every: int = 6) -> None:
+        self.every = every
+        self.errors: list[float] = []
+
+    def on_reset(self, env: Env, observation: object) -> None:  # type: ignore[override]
+        self.errors = []
+
+    def on_frame(self, frame: FrameInfo) -> None:
+        env = frame.env
+        world = getattr(env, "world", None)
+        if world is None or world.oracle is None or frame.frame % self.every:
+            return
+        truth = world.oracle.read()
+        twin = np.asarray(frame.state.object_pos)[..., :2]
+        self.errors.append(float(np.max(np.linalg.norm(twin - np.asarray(truth.object_pos)[..., :2], axis=-1))))
+
+
+@dataclass
+class OnlineEpisode:
+    """One online episode: its start (index in the set, trial), the result (None if the surrogate failed),
+    the error that ended it (None if it ran to its end) and the twin-to-world object distance samples, m."""
+
+    start_index: int
+    trial: int
+    result: EpisodeResult | None
+    error: str | None = None
+    sync_errors: list[float] = field(default_factory=list)
+
+    def row(self) -> dict[str, object]:
+        """One CSV row: start, trial, error, the episode's scalars, sync error mean and max (mm)."""
+        base: dict[str, object] = {"start": self.start_index, "trial": self.trial, "error": self.error or ""}
+        if self.result is not None:
+            base |= self.result.summary()
+        e = np.asarray(self.sync_errors)
+        base["sync_error_mean_mm"] = float(e.mean() * 1e3) if len(e) else math.nan
+        base["sync_error_max_mm"] = float(e.max() * 1e3) if len(e) else math.nan
+        return base
+
+
+@dataclass(frozen=True)
+class OnlineReport:
+    """Online episodes in order, and the wall time of the whole evaluation."""
+
+    episodes: list[OnlineEpisode]
+    wall_s: float
+    progress_threshold: float = 0.9
+
+    @property
+    def finished(self) -> list[OnlineEpisode]:
+        """Episodes that ran to their end (the success rate's denominator)."""
+        return [e for e in self.episodes if e.result is not None]
+
+    def summary(self) -> dict[str, object]:
+        """Success on the oracle with its Wilson interval, the progress claim and its agreement (κ), median time
+        to success, sync error, desync time and events, re-acquisitions, errors, median wall time per episode."""
+        done = [e.result for e in self.finished if e.result is not None]
+        n, k = len(done), sum(r.success for r in done)
+        claimed = [bool(r.progress) and max(r.progress) > self.progress_threshold for r in done]
+        agree = agreement([r.success for r in done], claimed)
+        times = [r.success_time for r in done if r.success]
+        sync = [x for e in self.finished for x in e.sync_errors]
+        return {
+            "episodes": n,
+            "errors": len(self.episodes) - n,
+            "success": k / n if n else math.nan,
+            "success_ci95": list(wilson(k, n)),
+            "successes": k,
+            "progress_success": sum(claimed) / n if n else math.nan,
+            "progress_agreement_kappa": agree.kappa,
+            "progress_agreement_matrix": [list(row) for row in agree.matrix],
+            "median_time_to_success_s": float(np.median(times)) if times else math.nan,
+            "mean_final_coverage": float(np.mean([r.final.get("coverage", np.nan) for r in done])) if n else math.nan,
+            "sync_error_mean_mm": float(np.mean(sync) * 1e3) if sync else math.nan,
+            "sync_error_p95_mm": float(np.percentile(sync, 95) * 1e3) if sync else math.nan,
+            "desynced_s": float(sum(r.desynced_s for r in done)),
+            "desync_events": int(sum(sum(1 for _, what in r.desync_events if what == "fired") for r in done)),
+            "reacquisitions": int(sum(r.reacquisitions for r in done)),
+            "median_episode_wall_s": float(np.median([r.wall_s for r in done])) if n else math.nan,
+            "wall_s": self.wall_s,
+        }
+
+
+WorldFactory = Callable[[], Surrogate]
+
+
+def evaluate_online(
+    task: Task,
+    policy: Policy,
+    starts: Sequence[StartState],
+    trials: int = 1,
+    max_seconds: float = 60.0,
+    config: EnvConfig = EnvConfig(),
+    world: WorldFactory | SurrogateConfig = SurrogateConfig(camera_size=(160, 90)),
+    observers: Sequence[EpisodeObserver] = (),
+    progress: bool = True,
+) -> OnlineReport:
+    """Run `policy` (one environment: single observations) online from every start × `trials` (see the module
+    docstring). `world`: the surrogate's config, or a factory of started-or-not `Surrogate`s (tests inject
+    faults with it). `observers` see every episode (a failed episode's `on_end` is not called)."""
+    if trials < 1:
+        raise ValueError(f"trials: must be ≥ 1, got {trials}")
+    if not starts:
+        raise ValueError("starts: need at least one start")
+    make_world: WorldFactory = (lambda: Surrogate(task.scene, world)) if isinstance(world, SurrogateConfig) else world
+    wall0 = time.perf_counter()
+    episodes: list[OnlineEpisode] = []
+    surrogate: Surrogate | None = None
+    env: Env | None = None
+    todo = [(i, t) for t in range(trials) for i in range(len(starts))]
+    bar = tqdm(todo, desc="online eval", unit="episode", disable=not progress)
+    try:
+        for i, trial in bar:
+            if surrogate is None:
+                surrogate = make_world().start()
+                env = Env(task, config, surrogate)
+            assert env is not None
+            sync = SyncErrors()
+            try:
+                result = run_episode(env, policy, starts[i], max_seconds, [sync, *observers])
+                episodes.append(OnlineEpisode(i, trial, result, None, sync.errors))
+            except SurrogateError as err:
+                log.warning("start %d, trial %d: the surrogate failed (%s); a fresh one takes over", i, trial, err)
+                episodes.append(OnlineEpisode(i, trial, None, f"{type(err).__name__}: {err}", sync.errors))
+                surrogate.close()
+                surrogate, env = None, None
+            done = [e.result for e in episodes if e.result is not None]
+            bar.set_postfix(success=f"{sum(r.success for r in done)}/{len(done)}", errors=len(episodes) - len(done))
+    finally:
+        if surrogate is not None:
+            surrogate.close()
+    return OnlineReport(episodes, time.perf_counter() - wall0)
+
+
+def write_online_report(report: OnlineReport, out: Path, about: dict[str, object]) -> None:
+    """`out`/results.json (the summary and `about`) and `out`/episodes.csv (one row per episode, errors too)."""
+    import csv
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(about | report.summary(), indent=2, default=float))
+    rows = [e.row() for e in report.episodes]
+    fields: list[str] = []
+    for row in rows:
+        fields += [k for k in row if k not in fields]
+    with open(out / "episodes.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)

@@ -1,0 +1,73 @@
+"""Online evaluation through the surrogate: an always- and a never-successful policy, a lying progress, and a
+surrogate killed or hung mid-episode (that episode is an error, the others are kept, a fresh surrogate goes on)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from helpers import HoldStill, near_goal_starts
+from realissim.envs.env import FrameInfo
+from realissim.eval.episode import EpisodeObserver
+from realissim.eval.online import evaluate_online, write_online_report
+from realissim.expert.pusht import PushTExpert
+from realissim.real.surrogate import Surrogate, SurrogateConfig
+from realissim.tasks import make
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make("pusht")
+
+
+class Sabotage(EpisodeObserver):
+    """Sends `sig` to the surrogate at frame `frame` of episode `episode` (counting resets)."""
+
+    def __init__(self, worlds: list[Surrogate], episode: int, frame: int, sig: int) -> None:
+        self.worlds, self.episode, self.frame, self.sig = worlds, episode, frame, sig
+        self.resets = -1
+
+    def on_reset(self, env, observation) -> None:  # type: ignore[no-untyped-def]
+        self.resets += 1
+
+    def on_frame(self, frame: FrameInfo) -> None:
+        if self.resets == self.episode and frame.frame == self.frame:
+            pid = self.worlds[-1].pid
+            assert pid is not None
+            os.kill(pid, self.sig)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
+def test_a_failed_surrogate_ends_its_episode_as_an_error_and_a_fresh_one_carries_on(task, sig, tmp_path) -> None:
+    starts = near_goal_starts(task, [(0.0, 0.04, 0.0)])
+    worlds: list[Surrogate] = []
+
+    def world() -> Surrogate:
+        worlds.append(Surrogate(task.scene, SurrogateConfig(camera_size=(160, 90), timeout=1.5)))
+        return worlds[-1]
+
+    sabotage = Sabotage(worlds, episode=1, frame=20, sig=sig)
+    report = evaluate_online(task, PushTExpert(task.scene), starts, 3, 20.0, world=world, observers=[sabotage],
+                             progress=False)  # fmt: skip
+    errors = [e.error for e in report.episodes]
+    assert errors[0] is None and errors[2] is None
+    expected = "SurrogateDiedError" if sig == signal.SIGKILL else "SurrogateHungError"
+    assert errors[1] is not None and errors[1].startswith(expected)
+    assert len(worlds) == 2 and not worlds[0].pid  # the failed one was closed, a fresh one took over
+    s = report.summary()
+    assert s["episodes"] == 2 and s["errors"] == 1 and s["success"] == 1.0  # the error is not a failure
+    assert s["sync_error_mean_mm"] < 10.0  # the corrected twin kept the T where the world has it
+    write_online_report(report, tmp_path, {"what": "test"})
+    assert len((tmp_path / "episodes.csv").read_text().splitlines()) == 4
+
+
+def test_a_policy_that_never_succeeds_scores_0_online_and_its_lying_progress_shows(task) -> None:
+    starts = near_goal_starts(task, [(0.0, 0.04, 0.0), (0.03, -0.02, 0.3)])
+    report = evaluate_online(task, HoldStill(1.0), starts, 1, 2.0, progress=False)
+    s = report.summary()
+    assert s["success"] == 0.0 and s["errors"] == 0 and s["progress_success"] == 1.0
+    assert s["progress_agreement_matrix"] == [[0, 2], [0, 0]]
