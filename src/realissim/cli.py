@@ -444,12 +444,19 @@ class EvalOffline:
     pusht/select-v1, disjoint from the test set), plots success against step and names the checkpoint it would
     choose; it resumes where it stopped."""
 
-    mode: tyro.conf.Positional[Literal["offline", "sweep"]]
-    """offline: one checkpoint in virtual twins; sweep: every checkpoint of a run, offline."""
+    mode: tyro.conf.Positional[Literal["offline", "online", "sweep"]]
+    """offline: one checkpoint in virtual twins; online: one checkpoint through the twin against the surrogate
+    real world (correction and follower on, success on its oracle); sweep: every checkpoint of a run, offline."""
     target: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINT|RUN")]
     """offline: a flow-policy checkpoint (a run's last.pt or checkpoints/step_*.pt); sweep: a training run."""
     starts: str | None = None
-    """The start set (None: pusht/eval-v1 for offline, pusht/select-v1 for sweep)."""
+    """The start set (None: pusht/eval-v1 offline, pusht/online-v1 online, pusht/select-v1 for a sweep)."""
+    trials: int = 1
+    """Online: episodes per start."""
+    gap: Path | None = None
+    """Online: reality-gap profile JSON (None: the default profile)."""
+    realtime: bool = False
+    """Online: run the surrogate on the wall clock instead of lock-step."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -470,7 +477,41 @@ class EvalOffline:
     def run(self) -> int:
         if self.mode == "sweep":
             return self._sweep()
+        if self.mode == "online":
+            return self._online()
         return self._offline()
+
+    def _online(self) -> int:
+        from realissim.envs import EnvConfig
+        from realissim.eval.online import evaluate_online, write_online_report
+        from realissim.policy.checkpoint import CheckpointError
+        from realissim.policy.flow_policy import FlowPolicy
+        from realissim.real.surrogate import SurrogateConfig
+        from realissim.tasks import start_set
+
+        name = self.starts or "pusht/online-v1"
+        try:
+            starts = start_set(name)[: self.limit]
+            policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
+            task = make(name.partition("/")[0])
+            policy.check_scene(task.scene)
+            config = policy.env_config(EnvConfig(replan_every=self.replan_every))
+            world = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=(160, 90),
+                                    mode="realtime" if self.realtime else "lockstep")  # fmt: skip
+            report = evaluate_online(task, policy, starts, self.trials, self.max_seconds, config, world)
+        except (KeyError, ValueError) as err:
+            print(f"invalid option: {err}", file=sys.stderr)
+            return 2
+        except CheckpointError as err:
+            print(f"checkpoint error: {err}", file=sys.stderr)
+            return 3
+        summary = report.summary()
+        if self.out is not None:
+            about = {"checkpoint": str(self.target), "starts": name, "trials": self.trials,
+                     "gap": str(self.gap) if self.gap else "default", "realtime": self.realtime}  # fmt: skip
+            write_online_report(report, self.out, about)
+        _print_report(f"Online evaluation of {self.target} on {name}", summary, self.out)
+        return 0
 
     def _sweep(self) -> int:
         from realissim.eval.sweep import SweepSettings, sweep_offline
@@ -510,6 +551,8 @@ class EvalOffline:
             name = self.starts or "pusht/eval-v1"
             starts = start_set(name)[: self.limit]
             policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
+            if policy.config.obs == "real":
+                raise ValueError("a policy trained on real camera frames runs online only: realissim eval online")
             task = make(name.partition("/")[0])
             policy.check_scene(task.scene)
             config = policy.env_config(EnvConfig(replan_every=self.replan_every))

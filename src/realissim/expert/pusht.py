@@ -62,12 +62,18 @@ class PushTExpertConfig:
     them then has one height to learn, not a choice between pushing and travelling heights."""
     approach_gap: float = 0.015
     """Free distance between the rod and the T at the approach point, m."""
-    clearance: float = 0.012
-    """Least distance kept between the rod and the T when travelling in the table plane, m."""
+    clearance: float = 0.03
+    """Least distance kept between the rod and the T when travelling in the table plane, m (wider than a
+    clone's typical centimetre of error)."""
     corner_margin: float = 0.004
     """Extra distance beyond `clearance` of the corners a planar route passes, m."""
-    travel_speed: float = 0.35
-    """Tip speed between pushes, m/s."""
+    travel_speed: float = 0.2
+    """Tip speed between pushes, m/s (in the table plane a fast pass close by the T is what a slightly
+    imprecise clone turns into a blow that launches it)."""
+    travel_cost: float = 0.02
+    """Added to a candidate's keypoint cost per metre of travel from the tip to its approach point (m/m): of
+    nearly equal pushes the nearer one wins, so consecutive pushes are neighbours and the demonstrations are
+    more continuous (easier to clone)."""
     push_speed: float = 0.08
     """Tip speed while pushing, m/s."""
     accel: float = 2.5
@@ -249,7 +255,7 @@ class PushTExpert:
         cov = coverage(pos, quat, self._goal_pos, self._goal_quat, self.block)
         if cov >= cfg.done_coverage:
             return self._hold_clear(q, tip, xy, yaw)
-        push = self.plan_push(pos, quat, now)
+        push = self.plan_push(pos, quat, now, tip=tip[:2])
         self.pushes.append(push)
         log.debug("push from %s along %s, %.1f mm: cost %.1f -> %.1f mm", push.approach.round(3),
                   push.direction.round(2), push.length * 1e3, now * 1e3, push.cost * 1e3)  # fmt: skip
@@ -270,9 +276,12 @@ class PushTExpert:
         plan = np.concatenate([plan, np.repeat(plan[-1:], n - len(plan), axis=0)])
         return plan, np.ones(len(plan))
 
-    def plan_push(self, object_pos: ArrayLike, object_quat: ArrayLike, now: float | None = None) -> Push:
+    def plan_push(
+        self, object_pos: ArrayLike, object_quat: ArrayLike, now: float | None = None, tip: ArrayLike | None = None
+    ) -> Push:
         """The best single push for the T at `object_pos` (K, 3) m, `object_quat` (K, 4) (all objects, scene
-        order), judged by rolling candidates out in the push model."""
+        order), judged by rolling candidates out in the push model; with the tip's planar position `tip` (2,) m,
+        each candidate's cost also carries `travel_cost` per metre from the tip to its approach point."""
         cfg = self.config
         pos, quat = np.asarray(object_pos, dtype=np.float64), np.asarray(object_quat, dtype=np.float64)
         if pos.ndim == 1:
@@ -291,7 +300,11 @@ class PushTExpert:
             if len(fine):
                 cands = np.concatenate([cands, fine])
                 costs = np.concatenate([costs, self._evaluate(pos, quat, fine)])
-        i = int(np.argmin(costs))
+        judged = costs
+        if tip is not None and cfg.travel_cost > 0:
+            approach, _ = self._geometry(xy, yaw, cands)
+            judged = costs + cfg.travel_cost * np.linalg.norm(approach - np.asarray(tip, dtype=np.float64), axis=-1)
+        i = int(np.argmin(judged))
         return self._to_push(xy, yaw, cands[i], float(costs[i]))
 
     def _candidates(

@@ -135,9 +135,11 @@ class FlowPolicy:
         return policy
 
     def env_config(self, base: EnvConfig = EnvConfig()) -> EnvConfig:
-        """`base` with the virtual cameras (and their size) this policy observes."""
+        """`base` with the virtual cameras (and their size) this policy observes, and the real cameras' frames
+        when it observes those (`real`: online only)."""
         encoder = self.model.encoder
-        return dataclasses.replace(base, cameras=encoder.cameras, image_size=encoder.image_size)
+        real = base.real_images or self.config.obs == "real"
+        return dataclasses.replace(base, cameras=encoder.cameras, image_size=encoder.image_size, real_images=real)
 
     def check_scene(self, scene: SceneSpec) -> None:
         """CheckpointError naming the first difference between `scene` and the training scene in the parts

@@ -69,8 +69,9 @@ class TrainConfig:
     """At most this many validation frames (evenly spaced) per validation loss."""
     checkpoint_every: int = 2000
     """Steps between checkpoints (and at the last step)."""
-    keep_checkpoints: int = 3
-    """Newest step checkpoints kept in `checkpoints/` (`last.pt` is always kept)."""
+    keep_checkpoints: int = 0
+    """Newest step checkpoints kept in `checkpoints/` (0: all, for choosing one by evaluation, `realissim eval
+    sweep`; `last.pt` is always kept)."""
     seed: int = 0
     """Seed of the initial weights, the validation split, the batch sampler and the flow noise."""
     threads: int = 1
@@ -87,11 +88,12 @@ class TrainConfig:
             "val_every",
             "val_samples",
             "checkpoint_every",
-            "keep_checkpoints",
             "threads",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be ≥ 1, got {getattr(self, name)}")
+        if self.keep_checkpoints < 0:
+            raise ValueError(f"keep_checkpoints: must be ≥ 0 (0: all), got {self.keep_checkpoints}")
         if not (self.lr > 0 and self.warmup_steps >= 0 and self.weight_decay >= 0):
             raise ValueError("lr, warmup_steps, weight_decay: must be > 0, ≥ 0, ≥ 0")
         if self.max_episodes is not None and self.max_episodes < 1:
@@ -263,8 +265,9 @@ def _save(run: _Run, out: Path, data: Path) -> Path:
     tmp.unlink(missing_ok=True)
     os.link(path, tmp)
     os.replace(tmp, out / "last.pt")
-    for old in sorted(folder.glob("step_*.pt"))[: -run.config.keep_checkpoints]:
-        old.unlink()
+    if run.config.keep_checkpoints > 0:
+        for old in sorted(folder.glob("step_*.pt"))[: -run.config.keep_checkpoints]:
+            old.unlink()
     plot_losses(run.losses, run.val_losses, out / "loss.png")
     log.info("step %d: checkpoint %s", run.step, path)
     return path
