@@ -13,9 +13,11 @@ import logging
 import warnings
 from pathlib import Path
 
+import mujoco
 import numpy as np
 import torch
 
+from realissim.assets import panda
 from realissim.envs.env import EnvConfig
 from realissim.policy.base import ActionChunk, Observation
 from realissim.policy.checkpoint import CheckpointError, load_checkpoint
@@ -26,7 +28,7 @@ from realissim.spec.codec import first_difference, from_dict
 from realissim.spec.errors import SpecError
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
-from realissim.twin.kinematics import TipHold
+from realissim.twin.kinematics import TipHold, robot_only_model
 
 
 def batched(observation: Observation) -> Observation:
@@ -58,6 +60,42 @@ def limit_rate(q: np.ndarray, start: np.ndarray, max_step: np.ndarray) -> np.nda
     return out
 
 
+TIP_SPEED_MARGIN = 1.25
+"""The policy's tip may move up to this × the demonstrations' (99.9th percentile) tip speed."""
+
+
+class TipSpeedLimit:
+    """Slows waypoints whose tip would move faster than the demonstrations' tip ever did."""
+
+    def __init__(self, scene: SceneSpec) -> None:
+        self.model = robot_only_model(scene)
+        self.data = mujoco.MjData(self.model)
+        self._site = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, panda.TIP_SITE)
+
+    def tip(self, q: np.ndarray) -> np.ndarray:
+        self.data.qpos[:] = q
+        mujoco.mj_kinematics(self.model, self.data)
+        return self.data.site_xpos[self._site].copy()
+
+    def limit(self, q: np.ndarray, start: np.ndarray, max_step: float) -> np.ndarray:
+        """Waypoints (B, m, J) rad whose tips move at most `max_step` m from one waypoint to the next (the first
+        from the tip at `start` (B, J)): a longer step's joint change is scaled down (and the rest of the chunk
+        follows from there), so the path is kept and only its pace is slowed."""
+        out = q.copy()
+        for b in range(q.shape[0]):
+            prev_q, prev_tip = start[b], self.tip(start[b])
+            for i in range(q.shape[1]):
+                target = q[b, i]
+                tip = self.tip(target)
+                d = float(np.linalg.norm(tip - prev_tip))
+                if d > max_step:
+                    target = prev_q + (target - prev_q) * (max_step / d)
+                    tip = self.tip(target)
+                out[b, i] = target
+                prev_q, prev_tip = target, tip
+        return out
+
+
 class FlowPolicy:
     """Acts with `model` (eval mode, EMA weights) trained in `scene`; chunks sampled with K = `steps` (None:
     the trained config's) Euler steps from noise drawn by a generator seeded with `seed` at every `reset`,
@@ -77,6 +115,7 @@ class FlowPolicy:
         seed: int = 0,
         threads: int = 1,
         tip_floor: float | None = None,
+        tip_speed: float | None = None,
         rate_limit: bool = True,
         compile: bool = True,
         path: str | Path = "<model>",
@@ -91,6 +130,8 @@ class FlowPolicy:
         self._lower = np.array([j.lower for j in scene.robot.joints])
         self._upper = np.array([j.upper for j in scene.robot.joints])
         self._vmax = np.array([j.velocity for j in scene.robot.joints]) if rate_limit else None
+        self.tip_speed = tip_speed
+        self._tips = TipSpeedLimit(scene) if tip_speed is not None and scene.robot.pusher is not None else None
         self._noise = torch.Generator().manual_seed(seed)
         self.compile = compile
         self._traced: torch.jit.ScriptModule | None = None
@@ -127,8 +168,17 @@ class FlowPolicy:
         except (ValueError, RuntimeError) as err:
             raise CheckpointError(f"{path}: weights do not fit the model its config describes: {err}") from None
         floor = meta.get("tip_floor") if hold else None
+        speed = meta.get("tip_speed") if rate_limit else None
         policy = FlowPolicy(
-            model, trained, steps=steps, seed=seed, threads=threads, tip_floor=floor, rate_limit=rate_limit, path=path
+            model,
+            trained,
+            steps=steps,
+            seed=seed,
+            threads=threads,
+            tip_floor=floor,
+            tip_speed=speed,
+            rate_limit=rate_limit,
+            path=path,
         )
         if scene is not None:
             policy.check_scene(scene)

@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +28,7 @@ import torch
 from tqdm import tqdm
 
 from realissim.data.reader import Dataset
-from realissim.data.schema import code_version
+from realissim.data.schema import EpisodeInfo, code_version
 from realissim.policy.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from realissim.policy.dataset import ChunkSamples, build_samples, fingerprint, open_training_data, split_episodes
 from realissim.policy.model import FlowPolicyModel, ModelConfig, build_model, torch_settings
@@ -177,6 +178,9 @@ class _Run:
         tips = [dataset.arrays(e.index)["tip"][:, 2] for e in self.train_eps]
         self.tip_floor = float(np.min(np.concatenate(tips))) if tips else None
         """The lowest tip height in the training episodes, m: the policy holds its tip at or above it."""
+        self.tip_speed = _tip_speed(dataset, self.train_eps)
+        """The 99.9th percentile of the tip's speed in the training episodes, m/s: the policy's tip never moves
+        faster than 1.25 × this."""
 
     def restore(self, meta: dict[str, Any], tensors: dict[str, Any]) -> None:
         """Continue from a checkpoint of this run."""
@@ -224,6 +228,7 @@ class _Run:
                 "val_frames": len(self.val),
             },
             "tip_floor": self.tip_floor,
+            "tip_speed": self.tip_speed,
             "code_version": code_version(),
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "step": self.step,
@@ -271,6 +276,17 @@ def _save(run: _Run, out: Path, data: Path) -> Path:
     plot_losses(run.losses, run.val_losses, out / "loss.png")
     log.info("step %d: checkpoint %s", run.step, path)
     return path
+
+
+def _tip_speed(dataset: Dataset, episodes: Sequence[EpisodeInfo]) -> float | None:
+    """The 99.9th percentile of the recorded tip's speed over `episodes`, m/s (None without frames)."""
+    speeds = []
+    for e in episodes:
+        a = dataset.arrays(e.index)
+        tip, t = a["tip"][...], a["time"][...]
+        if len(t) > 1:
+            speeds.append(np.linalg.norm(np.diff(tip, axis=0), axis=1) / np.maximum(np.diff(t), 1e-9))
+    return float(np.percentile(np.concatenate(speeds), 99.9)) if speeds else None
 
 
 def plot_losses(losses: list[float], val: list[tuple[float, float]], path: Path) -> None:
