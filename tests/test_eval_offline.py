@@ -59,3 +59,19 @@ def test_sweep_finds_checkpoints_by_step_and_chooses_the_most_successful(tmp_pat
     assert choose([row(400, 10), row(2000, 31), row(10000, 31)]).step == 10000  # a tie goes to more training
     with pytest.raises(ValueError):
         choose([])
+
+
+def test_a_report_folder_becomes_one_self_contained_html_page(task, tmp_path) -> None:
+    from realissim.cli import main
+    from realissim.eval.report import build_html
+
+    starts = near_goal_starts(task, [(0.0, 0.04, 0.0), (0.03, -0.02, 0.3)])
+    report = evaluate_offline(task, PerEnvPolicies([HoldStill(1.0), HoldStill(1.0)]), starts, 2, 1.0, progress=False)
+    write_report(report, tmp_path / "r", {"checkpoint": "none"})
+    assert (tmp_path / "r" / "curves.png").exists() and (tmp_path / "r" / "agreement.png").exists()
+    assert main(["report", str(tmp_path / "r"), "--title", "held still"]) == 0
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert "held still" in page and page.count("data:image/png;base64,") == 2 and "Episodes (2)" in page
+    assert "<img src='r" not in page  # nothing refers to files beside it
+    with pytest.raises(ValueError, match="no results.json"):
+        build_html(tmp_path)

@@ -581,6 +581,28 @@ def _print_report(title: str, report: dict, out: Path | None) -> None:
         print(f"outputs in {out}/")
 
 
+@dataclass
+class Report:
+    """Build one self-contained HTML page (`DIR/report.html`, figures embedded) from a report folder written by
+    `realissim eval offline|online|sweep --out DIR`."""
+
+    folder: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="DIR")]
+    """The report folder."""
+    title: str | None = None
+    """Page title (None: the folder's name)."""
+
+    def run(self) -> int:
+        from realissim.eval.report import build_html
+
+        try:
+            path = build_html(self.folder, self.title)
+        except ValueError as err:
+            print(f"invalid report folder: {err}", file=sys.stderr)
+            return 2
+        print(f"wrote {path}")
+        return 0
+
+
 Commands = (
     Annotated[Demo, tyro.conf.subcommand("demo")]
     | Annotated[Push, tyro.conf.subcommand("push")]
@@ -593,6 +615,7 @@ Commands = (
     | Annotated[Train, tyro.conf.subcommand("train")]
     | Annotated[PolicyCmd, tyro.conf.subcommand("policy")]
     | Annotated[EvalOffline, tyro.conf.subcommand("eval")]
+    | Annotated[Report, tyro.conf.subcommand("report")]
 )
 
 

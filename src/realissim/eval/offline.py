@@ -107,8 +107,11 @@ def evaluate_offline(
 
 
 def write_report(report: OfflineReport, out: Path, about: dict[str, object]) -> None:
-    """`out`/results.json (the summary and `about`) and `out`/episodes.csv (one row per episode: start,
-    success, time to success, final metrics, final progress, policy calls)."""
+    """`out`/results.json (the summary and `about`), `out`/episodes.csv (one row per episode: start,
+    success, time to success, final metrics, final progress, policy calls) and the figures of
+    `eval.report.plot_episodes` (solved share and coverage over time, progress agreement)."""
+    from realissim.eval.report import plot_episodes
+
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(about | report.summary(), indent=2, default=float))
     rows = []
@@ -119,3 +122,4 @@ def write_report(report: OfflineReport, out: Path, about: dict[str, object]) -> 
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    plot_episodes(report.results, out, report.progress_threshold)

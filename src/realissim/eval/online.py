@@ -173,9 +173,12 @@ def evaluate_online(
 
 
 def write_online_report(report: OnlineReport, out: Path, about: dict[str, object]) -> None:
-    """`out`/results.json (the summary and `about`) and `out`/episodes.csv (one row per episode, errors too)."""
+    """`out`/results.json (the summary and `about`), `out`/episodes.csv (one row per episode, errors too) and
+    the figures of `eval.report.plot_episodes` over the finished episodes."""
     import csv
     import json
+
+    from realissim.eval.report import plot_episodes
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(about | report.summary(), indent=2, default=float))
@@ -187,3 +190,4 @@ def write_online_report(report: OnlineReport, out: Path, about: dict[str, object
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
+    plot_episodes([e.result for e in report.finished if e.result is not None], out, report.progress_threshold)

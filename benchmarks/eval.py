@@ -1,0 +1,86 @@
+"""Evaluation throughput and agreement for trained policies.
+
+Offline: `evaluate_offline` with 20 `BatchEnv`s on `pusht/eval-v1` (its first `--offline` starts), reporting
+× real time per environment (simulated seconds / wall seconds / envs) for a state and, if given, a wrist
+policy. Online: `evaluate_online` against the surrogate (lock-step, default gap) on `pusht/online-v1` (its first
+`--online` starts): the median wall time per episode, success on the oracle. For the state policy, the offline
+and online success rates and the agreement (Cohen's κ) of its progress > 0.9 with the ground truth offline.
+
+    python benchmarks/eval.py --state runs/state/last.pt [--wrist runs/wrist/last.pt] [--json eval.json]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import tyro
+
+from realissim.envs import EnvConfig
+from realissim.eval.offline import evaluate_offline
+from realissim.eval.online import evaluate_online
+from realissim.policy.flow_policy import FlowPolicy
+from realissim.real.surrogate import SurrogateConfig
+from realissim.tasks import make, start_set
+
+
+@dataclass
+class Args:
+    """Benchmark options."""
+
+    state: Path
+    """A trained state-policy checkpoint."""
+    wrist: Path | None = None
+    """A trained wrist-policy checkpoint (None: its keys are left out)."""
+    offline: int = 100
+    """Offline episodes (the first N starts of pusht/eval-v1)."""
+    online: int = 5
+    """Online episodes (the first N starts of pusht/online-v1); 0 skips the online part."""
+    envs: int = 20
+    """Parallel offline environments."""
+    max_seconds: float = 60.0
+    json: Path | None = None
+    """Write the results here as JSON."""
+
+
+def main() -> None:
+    args = tyro.cli(Args)
+    logging.basicConfig(level=logging.WARNING)
+    task = make("pusht")
+    out: dict[str, object] = {}
+    for kind, path in (("state", args.state), ("wrist", args.wrist)):
+        if path is None:
+            continue
+        policy = FlowPolicy.load(path, obs=kind, scene=task.scene)
+        starts = start_set("pusht/eval-v1")[: args.offline]
+        report = evaluate_offline(task, policy, starts, args.envs, args.max_seconds, policy.env_config(EnvConfig()))
+        s = report.summary()
+        out[f"offline_x_realtime_per_env_{kind}"] = s["x_realtime_per_env"]
+        out[f"offline_success_{kind}"] = s["success"]
+        out[f"offline_success_ci95_{kind}"] = s["success_ci95"]
+        if kind == "state":
+            out["offline_success"] = s["success"]
+            out["progress_agreement_kappa"] = s["progress_agreement_kappa"]
+            out["progress_agreement_matrix"] = s["progress_agreement_matrix"]
+    if args.online:
+        policy = FlowPolicy.load(args.state, obs="state", scene=task.scene)
+        starts = start_set("pusht/online-v1")[: args.online]
+        world = SurrogateConfig(camera_size=(160, 90))
+        report = evaluate_online(task, policy, starts, 1, args.max_seconds, policy.env_config(EnvConfig()), world)
+        s = report.summary()
+        out["online_episode_s"] = s["median_episode_wall_s"]
+        out["online_success"] = s["success"]
+        out["online_success_ci95"] = s["success_ci95"]
+        out["online_errors"] = s["errors"]
+        out["online_sync_error_mean_mm"] = s["sync_error_mean_mm"]
+    print(f"{'key':<36} value")
+    for key, value in out.items():
+        print(f"{key:<36} {value:.4g}" if isinstance(value, float) else f"{key:<36} {value}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=2, default=float))
+
+
+if __name__ == "__main__":
+    main()
