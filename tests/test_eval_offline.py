@@ -73,5 +73,5 @@ def test_a_report_folder_becomes_one_self_contained_html_page(task, tmp_path) ->
     page = (tmp_path / "r" / "report.html").read_text()
     assert "held still" in page and page.count("data:image/png;base64,") == 2 and "Episodes (2)" in page
     assert "<img src='r" not in page  # nothing refers to files beside it
-    with pytest.raises(ValueError, match="no results.json"):
+    with pytest.raises(ValueError, match=r"no results\.json"):
         build_html(tmp_path)
