@@ -57,9 +57,10 @@ class PushTExpertConfig:
     """Tip centre height when travelling over the T, m (the T is 0.035 m tall): only where no route in the
     table plane exists (or `planar` is off)."""
     planar: bool = True
-    """Travel in the table plane around the T (shortest route past its corners) instead of over it, so the tip
-    stays at `push_height` all episode, as the paper's demonstrations held the arm planar: a policy cloning
-    them then has one height to learn, not a choice between pushing and travelling heights."""
+    """Travel in the table plane around the T (shortest route past its corners) instead of over it, so once down
+    the tip stays at `push_height`, as the paper's demonstrations held the arm planar: a policy cloning them
+    then has one height to learn, not a choice between pushing and travelling heights. (From a raised tip, the
+    home pose at the start, the first approach goes through the air.)"""
     approach_gap: float = 0.015
     """Free distance between the rod and the T at the approach point, m."""
     clearance: float = 0.03
@@ -400,7 +401,10 @@ class PushTExpert:
         z, h = cfg.push_height, cfg.hover
         a = np.array([*push.approach, z])
         low = tip[2] < z + 0.01
-        travel = self._plane_travel(tip, push.approach, xy, yaw) if cfg.planar else None
+        # From a raised tip (the home pose at the start) the first approach is made through the air, straight
+        # to above the approach point: a route around the T from there would be a left-or-right choice that a
+        # clone averages into a path straight through the T. Afterwards the tip stays in the plane.
+        travel = self._plane_travel(tip, push.approach, xy, yaw) if cfg.planar and low else None
         if travel is None and low and self._clear_path(tip[:2], push.approach, xy, yaw):
             travel = np.array([tip, a])
         if travel is None:
