@@ -46,8 +46,8 @@ def test_a_failed_surrogate_ends_its_episode_as_an_error_and_a_fresh_one_carries
     starts = near_goal_starts(task, [(0.0, 0.04, 0.0)])
     worlds: list[Surrogate] = []
 
-    def world() -> Surrogate:
-        worlds.append(Surrogate(task.scene, SurrogateConfig(camera_size=(160, 90), timeout=1.5)))
+    def world() -> Surrogate:  # a 4 s answer timeout: short for the hung case, long enough for a loaded machine
+        worlds.append(Surrogate(task.scene, SurrogateConfig(camera_size=(160, 90), timeout=4.0)))
         return worlds[-1]
 
     sabotage = Sabotage(worlds, episode=1, frame=20, sig=sig)
