@@ -475,36 +475,33 @@ class EvalOffline:
     """Where to write the reports (offline: None prints only; sweep: None is RUN/sweep/<start set>)."""
 
     def run(self) -> int:
-        if self.mode == "sweep":
-            return self._sweep()
-        if self.mode == "online":
-            return self._online()
-        return self._offline()
-
-    def _online(self) -> int:
-        from realissim.envs import EnvConfig
-        from realissim.eval.online import evaluate_online, write_online_report
         from realissim.policy.checkpoint import CheckpointError
-        from realissim.policy.flow_policy import FlowPolicy
-        from realissim.real.surrogate import SurrogateConfig
-        from realissim.tasks import start_set
 
-        name = self.starts or "pusht/online-v1"
         try:
-            starts = start_set(name)[: self.limit]
-            policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
-            task = make(name.partition("/")[0])
-            policy.check_scene(task.scene)
-            config = policy.env_config(EnvConfig(replan_every=self.replan_every))
-            world = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=(160, 90),
-                                    mode="realtime" if self.realtime else "lockstep")  # fmt: skip
-            report = evaluate_online(task, policy, starts, self.trials, self.max_seconds, config, world)
+            return {"offline": self._offline, "online": self._online, "sweep": self._sweep}[self.mode]()
         except (KeyError, ValueError) as err:
             print(f"invalid option: {err}", file=sys.stderr)
             return 2
         except CheckpointError as err:
             print(f"checkpoint error: {err}", file=sys.stderr)
             return 3
+
+    def _online(self) -> int:
+        from realissim.envs import EnvConfig
+        from realissim.eval.online import evaluate_online, write_online_report
+        from realissim.policy.flow_policy import FlowPolicy
+        from realissim.real.surrogate import SurrogateConfig
+        from realissim.tasks import start_set
+
+        name = self.starts or "pusht/online-v1"
+        starts = start_set(name)[: self.limit]
+        policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
+        task = make(name.partition("/")[0])
+        policy.check_scene(task.scene)
+        config = policy.env_config(EnvConfig(replan_every=self.replan_every))
+        world = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=(160, 90),
+                                mode="realtime" if self.realtime else "lockstep")  # fmt: skip
+        report = evaluate_online(task, policy, starts, self.trials, self.max_seconds, config, world)
         summary = report.summary()
         if self.out is not None:
             about = {"checkpoint": str(self.target), "starts": name, "trials": self.trials,
@@ -515,20 +512,12 @@ class EvalOffline:
 
     def _sweep(self) -> int:
         from realissim.eval.sweep import SweepSettings, sweep_offline
-        from realissim.policy.checkpoint import CheckpointError
 
         settings = SweepSettings(
             self.starts or "pusht/select-v1", self.limit, self.envs, self.max_seconds, self.replan_every,
             self.steps, self.seed,
         )  # fmt: skip
-        try:
-            rows, best, out = sweep_offline(self.target, settings, self.out, self.threads)
-        except (KeyError, ValueError) as err:
-            print(f"invalid option: {err}", file=sys.stderr)
-            return 2
-        except CheckpointError as err:
-            print(f"checkpoint error: {err}", file=sys.stderr)
-            return 3
+        rows, best, out = sweep_offline(self.target, settings, self.out, self.threads)
         print(f"Checkpoint sweep of {self.target} on {settings.starts} (offline)")
         print(f"  {'step':>8}  {'success':>8}  {'95 % CI':>13}  {'progress>0.9':>12}  {'coverage':>8}")
         for r in rows:
@@ -543,26 +532,18 @@ class EvalOffline:
     def _offline(self) -> int:
         from realissim.envs import EnvConfig
         from realissim.eval.offline import evaluate_offline, write_report
-        from realissim.policy.checkpoint import CheckpointError
         from realissim.policy.flow_policy import FlowPolicy
         from realissim.tasks import start_set
 
-        try:
-            name = self.starts or "pusht/eval-v1"
-            starts = start_set(name)[: self.limit]
-            policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
-            if policy.config.obs == "real":
-                raise ValueError("a policy trained on real camera frames runs online only: realissim eval online")
-            task = make(name.partition("/")[0])
-            policy.check_scene(task.scene)
-            config = policy.env_config(EnvConfig(replan_every=self.replan_every))
-            report = evaluate_offline(task, policy, starts, self.envs, self.max_seconds, config)
-        except (KeyError, ValueError) as err:
-            print(f"invalid option: {err}", file=sys.stderr)
-            return 2
-        except CheckpointError as err:
-            print(f"checkpoint error: {err}", file=sys.stderr)
-            return 3
+        name = self.starts or "pusht/eval-v1"
+        starts = start_set(name)[: self.limit]
+        policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
+        if policy.config.obs == "real":
+            raise ValueError("a policy trained on real camera frames runs online only: realissim eval online")
+        task = make(name.partition("/")[0])
+        policy.check_scene(task.scene)
+        config = policy.env_config(EnvConfig(replan_every=self.replan_every))
+        report = evaluate_offline(task, policy, starts, self.envs, self.max_seconds, config)
         summary = report.summary()
         if self.out is not None:
             about = {"checkpoint": str(self.target), "starts": name, "replan_every": self.replan_every}

@@ -417,17 +417,12 @@ class PushTExpert:
         return [travel, np.array([a, end]), np.array([end, back])], [cfg.travel_speed, cfg.push_speed, cfg.push_speed]
 
     def _plane_travel(self, tip: np.ndarray, approach: np.ndarray, xy: np.ndarray, yaw: float) -> np.ndarray | None:
-        """Tip polyline (M, 3) m from `tip` (3,) to the approach point (2,) in the table plane around the T
-        (first straight down when the tip is high and clear of the T below it); None when there is none."""
+        """Tip polyline (M, 3) m from `tip` (3,), at pushing height, to the approach point (2,) in the table plane
+        around the T; None when there is none."""
         cfg = self.config
         z, lo, hi = cfg.push_height, cfg.reach[0], cfg.reach[1]
         check = self._rod + cfg.clearance
-        R = _rot(np.array(yaw))
         points = [tip]
-        if tip[2] > z + 0.01:
-            if footprint_distance((tip[:2] - xy) @ R, self.block) < check:
-                return None
-            points.append(np.array([tip[0], tip[1], z]))
 
         ends = np.linalg.norm(np.stack([tip[:2], approach]) - self._base, axis=-1)
         lo, hi = min(lo, *ends) - 1e-3, max(hi + 0.02, *ends) + 1e-3  # not nearer the base than pushes go

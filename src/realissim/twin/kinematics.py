@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -81,10 +82,8 @@ class PusherIK:
         `stall` m over `stall_window` iterations (an unreachable target otherwise costs every iteration).
         """
         if self.config.posture == "home":
-            try:
+            with contextlib.suppress(IKError):  # unreachable from home: fall back to the caller's seed
                 return self._solve(tip_W, self._home, self._home, strict=True)
-            except IKError:
-                pass
         seed = np.asarray(seed, dtype=np.float64)
         return self._solve(tip_W, seed, seed, strict)
 
