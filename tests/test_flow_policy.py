@@ -18,7 +18,10 @@ from realissim.data.schema import DatasetError
 from realissim.data.store import Dataset, DatasetWriter
 from realissim.envs import BatchEnv, Env
 from realissim.envs.env import FrameInfo
-from realissim.eval.episode import EpisodeObserver, run_episode, run_episodes
+from realissim.eval.distributed import CheckpointPolicy, evaluate_offline_ray
+from realissim.eval.episode import EpisodeObserver, EpisodeResult, run_episode, run_episodes
+from realissim.eval.offline import evaluate_offline
+from realissim.eval.sweep import SweepSettings, sweep_offline
 from realissim.expert.pusht import PushTExpert
 from realissim.geometry import quat_yaw, yaw_quat
 from realissim.policy import ActionChunk, Observation
@@ -33,7 +36,7 @@ from realissim.policy.train import TrainConfig, TrainResult, train
 from realissim.policy.unet import ConditionalUNet1D, UNetConfig
 from realissim.spec.scene import Pose
 from realissim.spec.state import StartState
-from realissim.tasks import Task, make
+from realissim.tasks import Task, make, start_set
 from realissim.twin.kinematics import PusherIK, TipHold
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -348,3 +351,43 @@ def test_nan_in_an_observation_or_the_network_never_reaches_the_twin(trained: Tr
     for compile in (True, False):
         with pytest.raises(RuntimeError, match="non-finite chunk"):
             FlowPolicy(policy.model, task.scene, compile=compile).act(observation)
+
+
+# --- Scale-out: Ray and a local run agree episode by episode ----------------------------------------------
+
+
+def episode_record(r: EpisodeResult) -> tuple:
+    return (r.success, r.success_time, r.times, r.coverage, r.progress, r.final, r.frames, r.policy_calls)
+
+
+@pytest.mark.slow
+def test_ray_and_local_runs_agree_episode_by_episode(trained: TrainResult, task: Task, tmp_path: Path) -> None:
+    """A local Ray cluster started here runs the local run's batches (2 + 1 starts at envs = 2) as tasks in other
+    processes; every episode's success, coverage and progress traces equal the local run's exactly. A sweep on
+    Ray writes the same per-checkpoint results as a local sweep."""
+    ray = pytest.importorskip("ray")
+    starts = start_set("pusht/select-v1")[:3]
+    local = evaluate_offline(task, FlowPolicy.load(trained.checkpoint, seed=3), starts, 2, 2.0, progress=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        far = evaluate_offline_ray("pusht", CheckpointPolicy(str(trained.checkpoint), seed=3), starts, 2, 2.0,
+                                   progress=False)  # fmt: skip
+        assert [episode_record(r) for r in far.results] == [episode_record(r) for r in local.results]
+        assert [r.start for r in far.results] == list(starts)
+        run = tmp_path / "run"
+        (run / "checkpoints").mkdir(parents=True)
+        for step in (500, 1000):
+            shutil.copy(trained.checkpoint.parent / f"step_{step:07d}.pt", run / "checkpoints")
+        settings = SweepSettings(limit=2, envs=2, max_seconds=1.0)
+        on_ray, _, _ = sweep_offline(run, settings, tmp_path / "ray", ray_address="local")
+    finally:
+        ray.shutdown()
+    here, _, _ = sweep_offline(run, settings, tmp_path / "local")
+    assert [(r.step, r.successes, r.mean_final_coverage) for r in on_ray] == [
+        (r.step, r.successes, r.mean_final_coverage) for r in here
+    ]
+    a = (tmp_path / "ray" / "step_0001000" / "episodes.csv").read_text().splitlines()
+    b = (tmp_path / "local" / "step_0001000" / "episodes.csv").read_text().splitlines()
+    column = a[0].split(",").index("wall_s")
+    drop = lambda line: [v for i, v in enumerate(line.split(",")) if i not in (column, column + 1)]  # noqa: E731
+    assert [drop(x) for x in a] == [drop(x) for x in b]

@@ -351,6 +351,8 @@ class Train:
     """Training only: noise (std) on the normalised q and object pose inputs, a regulariser."""
     state_tip: bool = False
     """state: also the pusher tip's position (world, and in the object's frame) as inputs."""
+    state_hidden: tuple[int, ...] = ()
+    """state: widths of an MLP from the state to extra conditioning features (none: the state itself)."""
     camera: str | None = None
     """Image representations: the camera (None: "wrist" for wrist, the scene's first camera otherwise)."""
     image_size: tuple[int, int] = (96, 96)
@@ -375,6 +377,7 @@ class Train:
                 obs=self.obs,
                 actions=self.actions,
                 state_tip=self.state_tip,
+                state_hidden=self.state_hidden,
                 input_noise=self.input_noise,
                 camera=self.camera,
                 image_size=self.image_size,
@@ -473,14 +476,25 @@ class EvalOffline:
     """Torch threads."""
     out: Path | None = None
     """Where to write the reports (offline: None prints only; sweep: None is RUN/sweep/<start set>)."""
+    ray: str | None = None
+    """offline, sweep: shard the batches (and checkpoints) across a Ray cluster — "local" starts one on this
+    machine, "auto" joins the cluster this machine belongs to, "ray://HOST:PORT" a remote one (the optional
+    `ray` extra); the same per-episode results as a local run."""
 
     def run(self) -> int:
         from realissim.policy.checkpoint import CheckpointError
 
         try:
+            if self.ray is not None and self.mode == "online":
+                raise ValueError("--ray: online evaluation runs locally (one surrogate real world at a time)")
             return {"offline": self._offline, "online": self._online, "sweep": self._sweep}[self.mode]()
         except (KeyError, ValueError) as err:
             print(f"invalid option: {err}", file=sys.stderr)
+            return 2
+        except RuntimeError as err:
+            if self.ray is None:
+                raise
+            print(f"ray: {err}", file=sys.stderr)
             return 2
         except CheckpointError as err:
             print(f"checkpoint error: {err}", file=sys.stderr)
@@ -517,7 +531,7 @@ class EvalOffline:
             self.starts or "pusht/select-v1", self.limit, self.envs, self.max_seconds, self.replan_every,
             self.steps, self.seed,
         )  # fmt: skip
-        rows, best, out = sweep_offline(self.target, settings, self.out, self.threads)
+        rows, best, out = sweep_offline(self.target, settings, self.out, self.threads, self.ray)
         print(f"Checkpoint sweep of {self.target} on {settings.starts} (offline)")
         print(f"  {'step':>8}  {'success':>8}  {'95 % CI':>13}  {'progress>0.9':>12}  {'coverage':>8}")
         for r in rows:
@@ -543,7 +557,13 @@ class EvalOffline:
         task = make(name.partition("/")[0])
         policy.check_scene(task.scene)
         config = policy.env_config(EnvConfig(replan_every=self.replan_every))
-        report = evaluate_offline(task, policy, starts, self.envs, self.max_seconds, config)
+        if self.ray is not None:
+            from realissim.eval.distributed import CheckpointPolicy, evaluate_offline_ray
+
+            factory = CheckpointPolicy(str(self.target), self.steps, self.seed, self.threads)
+            report = evaluate_offline_ray(task.name, factory, starts, self.envs, self.max_seconds, config, self.ray)
+        else:
+            report = evaluate_offline(task, policy, starts, self.envs, self.max_seconds, config)
         summary = report.summary()
         if self.out is not None:
             about = {"checkpoint": str(self.target), "starts": name, "replan_every": self.replan_every}

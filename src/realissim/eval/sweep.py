@@ -70,31 +70,45 @@ def choose(rows: list[SweepRow]) -> SweepRow:
 
 
 def sweep_offline(
-    run: Path, settings: SweepSettings = SweepSettings(), out: Path | None = None, threads: int = 1
+    run: Path,
+    settings: SweepSettings = SweepSettings(),
+    out: Path | None = None,
+    threads: int = 1,
+    ray_address: str | None = None,
 ) -> tuple[list[SweepRow], SweepRow, Path]:
     """Evaluate every checkpoint of `run` offline (see the module docstring): rows by step, the chosen row, and
-    the output folder."""
+    the output folder. With `ray_address` ("local", "auto", "ray://host:port"), every (checkpoint, batch) pair
+    not yet evaluated runs as one Ray task (`eval.distributed`), with the same per-episode results as locally."""
     from realissim.policy.flow_policy import FlowPolicy
     from realissim.tasks import make, start_set
 
     checkpoints = run_checkpoints(run)
     starts = start_set(settings.starts)[: settings.limit]
-    task = make(settings.starts.partition("/")[0])
+    task_name = settings.starts.partition("/")[0]
+    task = make(task_name)
     out = Path(out) if out is not None else Path(run) / "sweep" / settings.starts.replace("/", "_")
     key = asdict(settings)
+
+    def done(step: int) -> dict | None:
+        path = out / f"step_{step:07d}" / "results.json"
+        summary = json.loads(path.read_text()) if path.exists() else None
+        return summary if summary is not None and summary.get("sweep") == key else None
+
+    todo = [(step, path) for step, path in checkpoints if done(step) is None]
+    if ray_address is not None and todo:
+        _sweep_on_ray(todo, task_name, starts, settings, out, threads, ray_address)
+    for i, (step, path) in enumerate(todo if ray_address is None else []):
+        log.info("checkpoint %d/%d: step %d", i + 1, len(todo), step)
+        policy = FlowPolicy.load(path, steps=settings.steps, seed=settings.seed, threads=threads)
+        policy.check_scene(task.scene)
+        config = policy.env_config(EnvConfig(replan_every=settings.replan_every))
+        report = evaluate_offline(task, policy, starts, settings.envs, settings.max_seconds, config)
+        write_report(report, out / f"step_{step:07d}", {"checkpoint": str(path), "step": step, "sweep": key})
     rows = []
-    for i, (step, path) in enumerate(checkpoints):
-        folder = out / f"step_{step:07d}"
-        done = folder / "results.json"
-        summary = json.loads(done.read_text()) if done.exists() else None
-        if summary is None or summary.get("sweep") != key:
-            log.info("checkpoint %d/%d: step %d", i + 1, len(checkpoints), step)
-            policy = FlowPolicy.load(path, steps=settings.steps, seed=settings.seed, threads=threads)
-            policy.check_scene(task.scene)
-            config = policy.env_config(EnvConfig(replan_every=settings.replan_every))
-            report = evaluate_offline(task, policy, starts, settings.envs, settings.max_seconds, config)
-            write_report(report, folder, {"checkpoint": str(path), "step": step, "sweep": key})
-            summary = json.loads(done.read_text())
+    for step, path in checkpoints:
+        summary = done(step)
+        if summary is None:
+            raise RuntimeError(f"{out}: checkpoint step {step} was evaluated but its results.json is missing")
         rows.append(
             SweepRow(
                 step=step,
@@ -112,6 +126,48 @@ def sweep_offline(
     (out / "sweep.json").write_text(json.dumps(table, indent=2))
     plot_sweep(rows, best, out / "success.png", settings.starts)
     return rows, best, out
+
+
+def _sweep_on_ray(
+    todo: list[tuple[int, Path]],
+    task_name: str,
+    starts: list,
+    settings: SweepSettings,
+    out: Path,
+    threads: int,
+    address: str,
+) -> None:
+    """Evaluate the checkpoints `todo` with every (checkpoint, batch) pair a Ray task; each checkpoint's report
+    is written as soon as all of its batches are in (so an interrupted sweep keeps them)."""
+    import time
+
+    from realissim.eval.distributed import CheckpointPolicy, batches, connect, map_batches
+    from realissim.eval.offline import OfflineReport
+
+    connect(address)
+    split = batches(starts, settings.envs)
+    jobs, owner = [], []
+    for step, path in todo:
+        factory = CheckpointPolicy(str(path), settings.steps, settings.seed, threads)
+        config = factory.env_config(EnvConfig(replan_every=settings.replan_every))
+        for b in split:
+            jobs.append((task_name, factory, b, settings.max_seconds, config))
+            owner.append(step)
+    parts: dict[int, dict[int, list]] = {step: {} for step, _ in todo}
+    paths = dict(todo)
+    wall0 = time.perf_counter()
+
+    def on_done(i: int, results: list) -> None:
+        step = owner[i]
+        parts[step][i] = results
+        if len(parts[step]) == len(split):
+            ordered = [r for j in sorted(parts[step]) for r in parts[step][j]]
+            report = OfflineReport(ordered, time.perf_counter() - wall0, min(settings.envs, len(starts)),
+                                   extra={"ray": True})  # fmt: skip
+            about = {"checkpoint": str(paths[step]), "step": step, "sweep": asdict(settings)}
+            write_report(report, out / f"step_{step:07d}", about)
+
+    map_batches(jobs, label="sweep (ray)", on_done=on_done)
 
 
 def plot_sweep(rows: list[SweepRow], best: SweepRow, path: Path, label: str) -> None:

@@ -32,6 +32,10 @@ class ModelConfig:
     """Observation representation."""
     state_tip: bool = False
     """`state`: also the pusher tip's position, in the world and in each object's frame (`StateEncoder`)."""
+    state_hidden: tuple[int, ...] = ()
+    """`state`: widths of an MLP (Mish) from the normalised state to extra features, concatenated with the
+    state itself (`StateEncoder`); () feeds the state to the FiLM layers directly (Diffusion Policy's
+    low-dimensional policy)."""
     camera: str | None = None
     """Image representations: the camera (None: "wrist" for `wrist`, the scene's first camera otherwise)."""
     image_size: tuple[int, int] = (96, 96)
@@ -145,7 +149,9 @@ class FlowPolicyModel(nn.Module):
 
 def build_model(config: ModelConfig, scene: SceneSpec) -> FlowPolicyModel:
     """An untrained model for `scene`'s robot and objects (chunks of J joints + progress)."""
-    encoder = make_encoder(config.obs, scene, config.camera, config.image_size, config.vision, config.state_tip)
+    encoder = make_encoder(
+        config.obs, scene, config.camera, config.image_size, config.vision, config.state_tip, config.state_hidden
+    )
     return FlowPolicyModel(config, encoder, len(scene.robot.joints) + 1)
 
 

@@ -98,22 +98,39 @@ class StateEncoder(ObservationEncoder):
     kinematics of q, so nothing the twin does not already hold, but the geometry a push depends on is then
     an input rather than something the network must learn to compute.
 
-    Features are the normalised state itself: the velocity network's FiLM layers are the learned map from
-    it."""
+    Features: the normalised state itself, then (with `hidden`, widths of an MLP with Mish activations) the
+    MLP's output of it. Without the MLP the FiLM layers' map from the state is affine in Mish(state) per
+    layer; the MLP lets the conditioning be a learned nonlinear function of the pose."""
 
     kind: ClassVar[ObsKind] = "state"
     low_dim: ClassVar[tuple[str, ...]] = ("state",)
 
-    def __init__(self, joints: int, objects: int, tip: PusherIK | None = None) -> None:
+    def __init__(
+        self, joints: int, objects: int, tip: PusherIK | None = None, hidden: Sequence[int] = ()
+    ) -> None:
         super().__init__()
         self.joints, self.objects, self.tip = joints, objects, tip
+        if any(int(w) < 1 for w in hidden):
+            raise ValueError(f"state_hidden: widths must be ≥ 1, got {tuple(hidden)}")
+        layers: list[nn.Module] = []
+        width = self.state_dim
+        for w in hidden:
+            layers += [nn.Linear(width, int(w)), nn.Mish()]
+            width = int(w)
+        self.mlp = nn.Sequential(*layers) if layers else None
+
+    @property
+    def state_dim(self) -> int:
+        """d: the state vector's size."""
+        return self.joints + 4 * self.objects + (3 + 2 * self.objects if self.tip is not None else 0)
 
     @property
     def feature_dim(self) -> int:
-        return self.joints + 4 * self.objects + (3 + 2 * self.objects if self.tip is not None else 0)
+        extra = self.mlp[-2].out_features if self.mlp is not None else 0  # type: ignore[union-attr]
+        return self.state_dim + extra
 
     def input_dims(self) -> dict[str, int]:
-        return {"state": self.feature_dim}
+        return {"state": self.state_dim}
 
     def _vector(self, q: np.ndarray, pos: np.ndarray, quat: np.ndarray, tip: np.ndarray | None) -> np.ndarray:
         base = state_vector(q, pos, quat)
@@ -132,7 +149,7 @@ class StateEncoder(ObservationEncoder):
             a = dataset.arrays(info.index)
             tip = a["tip"][...] if self.tip is not None else None
             rows.append(self._vector(a["q"][...], a["object_pos"][...], a["object_quat"][...], tip))
-        width = self.feature_dim
+        width = self.state_dim
         return {"state": np.concatenate(rows) if rows else np.zeros((0, width), np.float32)}
 
     def observation_inputs(self, observation: Observation) -> dict[str, np.ndarray]:
@@ -147,7 +164,8 @@ class StateEncoder(ObservationEncoder):
         return {"state": self._vector(q, np.asarray(observation.object_pos), np.asarray(observation.object_quat), tip)}
 
     def forward(self, inputs: Mapping[str, Tensor]) -> Tensor:
-        return inputs["state"]
+        state = inputs["state"]
+        return state if self.mlp is None else torch.cat([state, self.mlp(state)], dim=-1)
 
 
 def resize_images(images: np.ndarray, size: tuple[int, int]) -> np.ndarray:
@@ -230,13 +248,14 @@ def make_encoder(
     image_size: tuple[int, int] = (96, 96),
     vision: VisionConfig = VisionConfig(),
     state_tip: bool = False,
+    state_hidden: Sequence[int] = (),
 ) -> ObservationEncoder:
     """The encoder of representation `kind` for `scene`; for images, `camera` (None: "wrist" for `wrist`, the
     scene's first camera for `static` and `real`) at `image_size`. ValueError for an unknown kind or camera."""
     joints = len(scene.robot.joints)
     if kind == "state":
         tip = PusherIK(scene) if state_tip and scene.robot.pusher is not None else None
-        return StateEncoder(joints, len(scene.objects), tip)
+        return StateEncoder(joints, len(scene.objects), tip, state_hidden)
     if kind not in OBS_KINDS:
         raise ValueError(f"obs: unknown representation {kind!r} (one of {', '.join(OBS_KINDS)})")
     names = [c.name for c in scene.cameras]
