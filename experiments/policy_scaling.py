@@ -3,7 +3,8 @@
 1. Collect expert demonstrations offline into one dataset until it holds max(N) successful episodes
    (`realissim collect`, appending; starts drawn from the task's sampler, seed 0 — never `pusht/eval-v1`).
 2. For each N, train a `state` flow policy on the first N successful episodes (`TrainConfig.max_episodes`).
-3. Evaluate each on `pusht/eval-v1` through `BatchEnv` (ground truth, Wilson 95 % intervals).
+3. Choose each run's checkpoint on `pusht/select-v1`, then evaluate it on `pusht/eval-v1` through `BatchEnv`
+   (ground truth, Wilson 95 % intervals). The stages are `experiments/pipeline.py`'s.
 4. Write OUT/scaling.md (the table, the commands, the date) and OUT/scaling.json.
 
 Every stage resumes: the dataset is appended to, a training run continues from its last checkpoint, and an
@@ -22,17 +23,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import tyro
+from pipeline import choose_checkpoint, ensure_demos, test_offline, train_arm
 
-from realissim.collect import CollectConfig, collect
-from realissim.data.reader import Dataset
-from realissim.envs import EnvConfig
-from realissim.eval.offline import evaluate_offline, write_report
 from realissim.eval.stats import rate_text
 from realissim.policy.checkpoint import load_checkpoint
-from realissim.policy.flow_policy import FlowPolicy
 from realissim.policy.model import ModelConfig
-from realissim.policy.train import TrainConfig, train
-from realissim.tasks import make, start_set
+from realissim.policy.train import TrainConfig
 
 log = logging.getLogger("policy_scaling")
 
@@ -51,32 +47,10 @@ class Args:
     """Evaluation start set."""
     limit: int | None = None
     """Evaluate on its first N starts only (None: all)."""
-    replan_every: float | None = 0.5
-    """Re-plan period of the evaluation, s (None: the whole 1 s chunk, as the paper)."""
-    max_seconds: float = 60.0
-    """Time limit per evaluation episode, s."""
-
-
-def ensure_demos(path: Path, wanted: int) -> Dataset:
-    """The dataset at `path` with at least `wanted` successful episodes, collecting (appending) as needed."""
-    for _ in range(10):
-        have = len(Dataset(path).episodes) if (path / "zarr.json").exists() else 0
-        if have >= wanted:
-            return Dataset(path)
-        log.info("collecting %d more demonstrations into %s", wanted - have, path)
-        collect(CollectConfig(episodes=wanted - have, out=path, seed=0))
-    raise RuntimeError(f"{path}: could not collect {wanted} successful demonstrations")
-
-
-def trained(data: Path, run: Path, n: int, steps: int) -> Path:
-    """The last checkpoint of the state policy on the first `n` demonstrations, training or resuming it."""
-    config = TrainConfig(model=ModelConfig(obs="state"), steps=steps, max_episodes=n, checkpoint_every=1000)
-    last = run / "last.pt"
-    if last.exists():
-        if load_checkpoint(last)[0]["step"] >= steps:
-            return last
-        return train(config, data, run, resume=True).checkpoint
-    return train(config, data, run).checkpoint
+    state_hidden: tuple[int, ...] = ()
+    """The state encoder's MLP widths (ModelConfig.state_hidden)."""
+    select_limit: int | None = None
+    """Choose each run's checkpoint on the first N starts of pusht/select-v1 (None: all 50)."""
 
 
 def main(args: Args) -> None:
@@ -84,25 +58,20 @@ def main(args: Args) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     data = args.out / "demos"
     ensure_demos(data, max(args.demos))
-    task, starts = make("pusht"), start_set(args.starts)[: args.limit]
     rows = []
     for n in sorted(args.demos):
         run = args.out / f"state_{n}"
-        checkpoint = trained(data, run, n, args.steps)
-        results = run / "eval" / "results.json"
-        if not results.exists():
-            policy = FlowPolicy.load(checkpoint, obs="state", scene=task.scene)
-            config = policy.env_config(EnvConfig(replan_every=args.replan_every))
-            report = evaluate_offline(task, policy, starts, 20, args.max_seconds, config)
-            write_report(report, run / "eval", {"checkpoint": str(checkpoint), "demos": n, "starts": args.starts})
-        summary = json.loads(results.read_text())
+        model = ModelConfig(obs="state", state_hidden=args.state_hidden)
+        train_arm(data, run, TrainConfig(model=model, steps=args.steps, max_episodes=n, checkpoint_every=2000))
+        checkpoint, about = choose_checkpoint(run, limit=args.select_limit)
+        summary = test_offline(checkpoint, run / "eval", args.starts, args.limit)
         meta = load_checkpoint(checkpoint)[0]
-        rows.append({"demos": n, "train_episodes": len(meta["dataset"]["train_episodes"]), **summary})
+        rows.append({"demos": n, "train_episodes": len(meta["dataset"]["train_episodes"]), **about, **summary})
     lines = [
         f"# State policy: success against the number of demonstrations ({datetime.now(UTC).date()})",
         "",
-        f"{args.steps} training steps each; offline on `{args.starts}` (BatchEnv, ground truth, "
-        f"replan every {args.replan_every} s, {args.max_seconds:g} s per episode).",
+        f"{args.steps} training steps each, the checkpoint chosen on pusht/select-v1; offline on `{args.starts}` "
+        "(BatchEnv, ground truth, whole chunks, 60 s per episode).",
         "",
         "| demonstrations | success (95 % Wilson) | self-reported (progress > 0.9) | median time to success |",
         "|---|---|---|---|",
@@ -114,7 +83,7 @@ def main(args: Args) -> None:
     options = " ".join(
         f"--{f.name.replace('_', '-')} " + (" ".join(map(str, value)) if isinstance(value, tuple) else str(value))
         for f in dataclasses.fields(args)
-        if (value := getattr(args, f.name)) is not None
+        if (value := getattr(args, f.name)) is not None and value != ()
     )
     lines += ["", f"Reproduce: `python experiments/policy_scaling.py {options}`"]
     (args.out / "scaling.md").write_text("\n".join(lines) + "\n")

@@ -9,10 +9,12 @@ import math
 import shutil
 from pathlib import Path
 
+import mujoco
 import numpy as np
 import pytest
 import torch
 
+from realissim.assets import panda
 from realissim.data.recorder import EpisodeRecorder, meta_for_env
 from realissim.data.schema import DatasetError
 from realissim.data.store import Dataset, DatasetWriter
@@ -28,7 +30,7 @@ from realissim.policy import ActionChunk, Observation
 from realissim.policy.checkpoint import CheckpointError
 from realissim.policy.dataset import chunk_targets, split_episodes
 from realissim.policy.flow import FlowConfig, euler_sample, flow_loss, sample_time
-from realissim.policy.flow_policy import FlowPolicy
+from realissim.policy.flow_policy import FlowPolicy, TipSpeedLimit
 from realissim.policy.model import ModelConfig
 from realissim.policy.normalizer import Normalizer
 from realissim.policy.observations import make_encoder
@@ -37,7 +39,7 @@ from realissim.policy.unet import ConditionalUNet1D, UNetConfig
 from realissim.spec.scene import Pose
 from realissim.spec.state import StartState
 from realissim.tasks import Task, make, start_set
-from realissim.twin.kinematics import PusherIK, TipHold
+from realissim.twin.kinematics import ChainKinematics, PusherIK, TipHold, robot_only_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -251,7 +253,7 @@ def test_a_checkpoint_reloads_to_bit_identical_actions(trained: TrainResult, tas
     observation = env.reset(seed=5)
     loaded = FlowPolicy.load(trained.checkpoint, seed=7)
     assert loaded.tip_floor is not None and 0.005 < loaded.tip_floor < 0.02  # the demonstration's lowest tip
-    in_memory = FlowPolicy(trained.model, task.scene, seed=7, tip_floor=loaded.tip_floor)
+    in_memory = FlowPolicy(trained.model, task.scene, seed=7, tip_floor=loaded.tip_floor, tip_speed=loaded.tip_speed)
     for policy in (in_memory, loaded):
         policy.reset()
     a, b = in_memory.act(observation), loaded.act(observation)
@@ -334,9 +336,46 @@ def test_the_tip_hold_keeps_the_tip_above_the_floor_with_the_rod_vertical(task: 
     assert low.any() and (~low).any()  # both cases are exercised
     np.testing.assert_allclose(after[~low, 2], before[~low, 2], atol=1e-5)  # above the floor: height kept
     np.testing.assert_allclose(after[:, :2], before[:, :2], atol=1e-5)  # the table-plane position is kept
-    for row in held.reshape(-1, 7):
-        hold._forward(row)
-        assert hold.data.site_xmat[hold._site][8] < -1 + 1e-8  # the rod points straight down
+    _, rot = hold.chain.forward(held.reshape(-1, 7))
+    assert np.all(rot[:, 2, 2] < -1 + 1e-8)  # the rod points straight down
+
+
+def test_chain_kinematics_equals_mujoco_for_many_configurations_at_once(task: Task) -> None:
+    model = robot_only_model(task.scene)
+    chain, data = ChainKinematics(model, panda.TIP_SITE), mujoco.MjData(model)
+    site = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, panda.TIP_SITE)
+    lower, upper = (
+        np.array([j.lower for j in task.scene.robot.joints]),
+        np.array([j.upper for j in task.scene.robot.joints]),
+    )
+    q = np.random.default_rng(1).uniform(lower, upper, (40, 7))
+    pos, rot, jacp, jacr = chain.forward(q, jacobians=True)
+    for i in range(len(q)):
+        data.qpos[:] = q[i]
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_comPos(model, data)
+        jp, jr = np.zeros((3, model.nv)), np.zeros((3, model.nv))
+        mujoco.mj_jacSite(model, data, jp, jr, site)
+        np.testing.assert_allclose(pos[i], data.site_xpos[site], atol=1e-12)
+        np.testing.assert_allclose(rot[i], data.site_xmat[site].reshape(3, 3), atol=1e-12)
+        np.testing.assert_allclose(jacp[i], jp, atol=1e-12)
+        np.testing.assert_allclose(jacr[i], jr, atol=1e-12)
+
+
+def test_the_tip_speed_limit_slows_a_jump_and_keeps_a_slow_chunk(task: Task) -> None:
+    limit, ik = TipSpeedLimit(task.scene), PusherIK(task.scene)
+    home = np.array(task.scene.robot.home)
+    tip = ik.tip_position(home)
+    slow = np.array([ik.solve(tip + np.array([0.002 * (i + 1), 0.0, 0.0]), home) for i in range(8)])
+    fast = slow.copy()
+    fast[3:] = ik.solve(tip + np.array([0.08, 0.0, 0.0]), home)  # a 6 cm jump at waypoint 3, then held
+    out = limit.limit(np.stack([slow, fast]), np.stack([home, home]), 0.005)
+    np.testing.assert_array_equal(out[0], slow)  # 2 mm steps under a 5 mm limit: unchanged
+    tips = np.array([ik.tip_position(x) for x in out[1]])
+    steps = np.linalg.norm(np.diff(np.vstack([tip, tips]), axis=0), axis=1)
+    assert np.all(steps <= 0.005 + 1e-9) and steps[3:].min() > 0.004  # slowed to the limit, still moving
+    direction = (tips[-1] - tip) / np.linalg.norm(tips[-1] - tip)
+    assert direction[0] > 0.99  # along the requested path
 
 
 def test_nan_in_an_observation_or_the_network_never_reaches_the_twin(trained: TrainResult, task: Task) -> None:

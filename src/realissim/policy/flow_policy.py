@@ -13,7 +13,6 @@ import logging
 import warnings
 from pathlib import Path
 
-import mujoco
 import numpy as np
 import torch
 
@@ -28,7 +27,7 @@ from realissim.spec.codec import first_difference, from_dict
 from realissim.spec.errors import SpecError
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
-from realissim.twin.kinematics import TipHold, robot_only_model
+from realissim.twin.kinematics import ChainKinematics, TipHold, robot_only_model
 
 
 def batched(observation: Observation) -> Observation:
@@ -68,31 +67,32 @@ class TipSpeedLimit:
     """Slows waypoints whose tip would move faster than the demonstrations' tip ever did."""
 
     def __init__(self, scene: SceneSpec) -> None:
-        self.model = robot_only_model(scene)
-        self.data = mujoco.MjData(self.model)
-        self._site = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, panda.TIP_SITE)
-
-    def tip(self, q: np.ndarray) -> np.ndarray:
-        self.data.qpos[:] = q
-        mujoco.mj_kinematics(self.model, self.data)
-        return self.data.site_xpos[self._site].copy()
+        self.chain = ChainKinematics(robot_only_model(scene), panda.TIP_SITE)
 
     def limit(self, q: np.ndarray, start: np.ndarray, max_step: float) -> np.ndarray:
         """Waypoints (B, m, J) rad whose tips move at most `max_step` m from one waypoint to the next (the first
         from the tip at `start` (B, J)): a longer step's joint change is scaled down (and the rest of the chunk
         follows from there), so the path is kept and only its pace is slowed."""
         out = q.copy()
-        for b in range(q.shape[0]):
-            prev_q, prev_tip = start[b], self.tip(start[b])
-            for i in range(q.shape[1]):
-                target = q[b, i]
-                tip = self.tip(target)
-                d = float(np.linalg.norm(tip - prev_tip))
-                if d > max_step:
-                    target = prev_q + (target - prev_q) * (max_step / d)
-                    tip = self.tip(target)
-                out[b, i] = target
-                prev_q, prev_tip = target, tip
+        prev_q = np.asarray(start, dtype=np.float64)
+        prev_tip = self.chain.forward(prev_q)[0]
+        for i in range(q.shape[1]):
+            target = q[:, i]
+            tip = self.chain.forward(target)[0]
+            d = np.linalg.norm(tip - prev_tip, axis=-1)
+            fast = d > max_step
+            if np.any(fast):
+                target, tip = target.copy(), tip.copy()
+                delta, scale = target[fast] - prev_q[fast], max_step / d[fast]
+                for _ in range(3):  # the tip is not linear in q: rescale until the step is within the limit
+                    target[fast] = prev_q[fast] + delta * scale[:, None]
+                    tip[fast] = self.chain.forward(target[fast])[0]
+                    moved = np.linalg.norm(tip[fast] - prev_tip[fast], axis=-1)
+                    if np.all(moved <= max_step):
+                        break
+                    scale = scale * np.minimum(1.0, max_step / np.maximum(moved, 1e-12)) * 0.999
+            out[:, i] = target
+            prev_q, prev_tip = target, tip
         return out
 
 
@@ -249,5 +249,8 @@ class FlowPolicy:
             q = limit_rate(
                 q, np.asarray(observation.q_des, dtype=np.float64), self._vmax * self.config.horizon / q.shape[1]
             )
+        if self._tips is not None and self.tip_speed is not None:
+            q = self._tips.limit(q, np.asarray(observation.q_des, dtype=np.float64),
+                                 TIP_SPEED_MARGIN * self.tip_speed * self.config.horizon / q.shape[1])  # fmt: skip
         progress = np.clip(chunk[..., -1], 0.0, 1.0)
         return ActionChunk(q[0] if single else q, progress[0] if single else progress, self.config.horizon)

@@ -37,7 +37,8 @@ def describe(checkpoint: str | Path) -> str:
         (
             "training",
             f"step {meta['step']} of {c['steps']}, batch {c['batch_size']}, lr {c['lr']:g}, "
-            f"EMA {c['ema_decay']:g}, seed {c['seed']}, {c['threads']} thread(s)",
+            f"EMA {c['ema_decay']:g}, seed {c['seed']}, {c['threads']} thread(s)"
+            + (f"; {meta['train_wall_s'] / 60:.1f} min of optimisation" if meta.get("train_wall_s") else ""),
         ),
         ("loss", f"train {recent}; validation {last_val}"),
         (

@@ -105,9 +105,7 @@ class StateEncoder(ObservationEncoder):
     kind: ClassVar[ObsKind] = "state"
     low_dim: ClassVar[tuple[str, ...]] = ("state",)
 
-    def __init__(
-        self, joints: int, objects: int, tip: PusherIK | None = None, hidden: Sequence[int] = ()
-    ) -> None:
+    def __init__(self, joints: int, objects: int, tip: PusherIK | None = None, hidden: Sequence[int] = ()) -> None:
         super().__init__()
         self.joints, self.objects, self.tip = joints, objects, tip
         if any(int(w) < 1 for w in hidden):

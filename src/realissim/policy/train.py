@@ -175,6 +175,8 @@ class _Run:
         self.sampler = np.random.default_rng(config.seed)
         self.noise = torch.Generator().manual_seed(config.seed)
         self.step, self.losses, self.val_losses = 0, [], []
+        self.wall_before, self.session0 = 0.0, time.perf_counter()
+        """Optimisation wall time of earlier sessions of this run, s, and when this session's loop began."""
         tips = [dataset.arrays(e.index)["tip"][:, 2] for e in self.train_eps]
         self.tip_floor = float(np.min(np.concatenate(tips))) if tips else None
         """The lowest tip height in the training episodes, m: the policy holds its tip at or above it."""
@@ -191,6 +193,7 @@ class _Run:
         self.noise.set_state(tensors["noise_rng"])
         self.sampler.bit_generator.state = meta["sampler"]
         self.step = int(meta["step"])
+        self.wall_before = float(meta.get("train_wall_s") or 0.0)
         self.losses = tensors["losses"].tolist()
         self.val_losses = [tuple(r) for r in tensors["val"].tolist()]
 
@@ -232,6 +235,7 @@ class _Run:
             "code_version": code_version(),
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "step": self.step,
+            "train_wall_s": self.wall_before + time.perf_counter() - self.session0,
             "sampler": self.sampler.bit_generator.state,
         }
 
@@ -342,7 +346,8 @@ def _train(config: TrainConfig, dataset: Dataset, data: Path, out: Path, resume:
         _check_resume(meta, config, fingerprint(dataset), out / "last.pt")
         run.restore(meta, tensors)
         log.info("resumed %s at step %d", out, run.step)
-    (out / "config.json").write_text(json.dumps(run.meta(data) | {"step": None, "sampler": None}, indent=2))
+    about = run.meta(data) | {"step": None, "sampler": None, "train_wall_s": None}
+    (out / "config.json").write_text(json.dumps(about, indent=2))
     log.info(
         "training %s on %s: %d train / %d validation episodes (%d / %d frames), %d parameters",
         config.model.obs,
@@ -357,6 +362,7 @@ def _train(config: TrainConfig, dataset: Dataset, data: Path, out: Path, resume:
     bar = tqdm(
         total=config.steps, initial=run.step, desc=f"train {config.model.obs}", unit="step", disable=not config.progress
     )
+    run.session0 = time.perf_counter()
     with bar:
         while run.step < config.steps:
             loss = run.one_step()
