@@ -10,7 +10,7 @@ import pytest
 
 from helpers import HoldStill, near_goal_starts
 from realissim.eval.offline import OfflineReport, evaluate_offline, write_report
-from realissim.eval.sweep import SweepRow, choose, run_checkpoints
+from realissim.eval.sweep import SweepRow, choose, compare_sweeps, run_checkpoints
 from realissim.expert.pusht import PushTExpert
 from realissim.policy.base import PerEnvPolicies
 from realissim.tasks import make
@@ -59,6 +59,25 @@ def test_sweep_finds_checkpoints_by_step_and_chooses_the_most_successful(tmp_pat
     assert choose([row(400, 10), row(2000, 31), row(10000, 31)]).step == 10000  # a tie goes to more training
     with pytest.raises(ValueError):
         choose([])
+
+
+def test_offline_and_online_sweeps_are_compared_checkpoint_by_checkpoint(tmp_path) -> None:
+    def row(step: int, k: int, n: int = 50) -> SweepRow:
+        return SweepRow(step, f"step_{step}", n, k, k / n, (0.0, 1.0), 0.0, 0.5)
+
+    offline = [row(2000, 5), row(4000, 20), row(6000, 30), row(8000, 28)]
+    agreeing = [row(2000, 2, 20), row(4000, 8, 20), row(6000, 14, 20), row(8000, 11, 20)]
+    both = compare_sweeps(offline, agreeing, tmp_path, ("select", "online"))
+    assert both["checkpoints"] == 4 and both["chosen_step"] == 6000 and both["chosen_online"]["successes"] == 14
+    assert both["spearman"][0] == pytest.approx(1.0) and both["mmrv"][0] == 0.0
+    assert (tmp_path / "sweep_both.json").exists() and (tmp_path / "success_both.png").stat().st_size > 0
+    # Online prefers step 8000: offline orders 6000 > 8000 wrongly, by 0.15 online for both → MMRV 2·0.15/4.
+    swapped = [row(2000, 2, 20), row(4000, 8, 20), row(6000, 11, 20), row(8000, 14, 20)]
+    both = compare_sweeps(offline, swapped, tmp_path, ("select", "online"))
+    assert both["mmrv"][0] == pytest.approx(0.075) and both["best_online_step"] == 8000
+    assert both["spearman"][0] == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="both offline and online"):
+        compare_sweeps(offline, [row(1000, 3, 20)], tmp_path, ("select", "online"))
 
 
 def test_a_report_folder_becomes_one_self_contained_html_page(task, tmp_path) -> None:

@@ -476,6 +476,15 @@ class EvalOffline:
     """Torch threads."""
     out: Path | None = None
     """Where to write the reports (offline: None prints only; sweep: None is RUN/sweep/<start set>)."""
+    offline: bool = True
+    """sweep: evaluate every checkpoint offline (--starts, default pusht/select-v1)."""
+    online: bool = False
+    """sweep: also evaluate every checkpoint online (--online-starts × --trials; --gap, --realtime apply) and
+    compare the two: Pearson, Spearman, MMRV with bootstrap intervals, and what offline's choice scores online."""
+    online_starts: str = "pusht/online-v1"
+    """sweep --online: the online start set."""
+    online_limit: int | None = None
+    """sweep --online: only its first N starts."""
     ray: str | None = None
     """offline, sweep: shard the batches (and checkpoints) across a Ray cluster — "local" starts one on this
     machine, "auto" joins the cluster this machine belongs to, "ray://HOST:PORT" a remote one (the optional
@@ -525,22 +534,48 @@ class EvalOffline:
         return 0
 
     def _sweep(self) -> int:
-        from realissim.eval.sweep import SweepSettings, sweep_offline
+        from realissim.eval.sweep import (
+            OnlineSweepSettings,
+            SweepSettings,
+            choose,
+            compare_sweeps,
+            sweep_offline,
+            sweep_online,
+        )
 
-        settings = SweepSettings(
-            self.starts or "pusht/select-v1", self.limit, self.envs, self.max_seconds, self.replan_every,
-            self.steps, self.seed,
-        )  # fmt: skip
-        rows, best, out = sweep_offline(self.target, settings, self.out, self.threads, self.ray)
-        print(f"Checkpoint sweep of {self.target} on {settings.starts} (offline)")
-        print(f"  {'step':>8}  {'success':>8}  {'95 % CI':>13}  {'progress>0.9':>12}  {'coverage':>8}")
-        for r in rows:
-            mark = "  <- chosen" if r is best else ""
-            print(f"  {r.step:>8}  {r.successes:>3}/{r.episodes:<4}  {100 * r.success_ci95[0]:5.1f}–"
-                  f"{100 * r.success_ci95[1]:5.1f} %  {100 * r.progress_success:11.0f}%  "
-                  f"{r.mean_final_coverage:8.3f}{mark}")  # fmt: skip
-        print(f"chosen: {best.checkpoint}")
-        print(f"outputs in {out}/ (sweep.json, success.png, one folder per checkpoint)")
+        if not (self.offline or self.online):
+            raise ValueError("sweep: nothing to do (--no-offline without --online)")
+        offline_rows = online_rows = None
+        if self.offline:
+            settings = SweepSettings(
+                self.starts or "pusht/select-v1", self.limit, self.envs, self.max_seconds, self.replan_every,
+                self.steps, self.seed,
+            )  # fmt: skip
+            offline_rows, best, out = sweep_offline(self.target, settings, self.out, self.threads, self.ray)
+            _print_sweep(f"Checkpoint sweep of {self.target} on {settings.starts} (offline)", offline_rows, best)
+            print(f"chosen: {best.checkpoint}")
+            print(f"outputs in {out}/ (sweep.json, success.png, one folder per checkpoint)")
+        if self.online:
+            online = OnlineSweepSettings(
+                self.online_starts, self.online_limit, self.trials, self.max_seconds,
+                str(self.gap) if self.gap else None, self.realtime, self.steps, self.seed,
+            )  # fmt: skip
+            online_rows, out = sweep_online(self.target, online, None, self.threads)
+            _print_sweep(f"Checkpoint sweep of {self.target} on {online.starts} (online)", online_rows,
+                         choose(online_rows))  # fmt: skip
+            print(f"outputs in {out}/")
+        if offline_rows is not None and online_rows is not None:
+            labels = (self.starts or "pusht/select-v1", self.online_starts)
+            both = compare_sweeps(offline_rows, online_rows, Path(self.target) / "sweep", labels)
+            print(f"Offline against online over {both['checkpoints']} checkpoints")
+            for name in ("pearson", "spearman", "mmrv"):
+                if name in both:
+                    v, lo, hi = both[name]  # type: ignore[misc]
+                    print(f"  {name:<9} {v:.3f}  [{lo:.3f}, {hi:.3f}] (bootstrap 95 %)")
+            on = both["chosen_online"]
+            print(f"  offline chooses step {both['chosen_step']}: online {on['successes']}/{on['episodes']} "
+                  f"(the best online: step {both['best_online_step']})")  # fmt: skip
+            print(f"outputs in {Path(self.target) / 'sweep'}/ (sweep_both.json, success_both.png)")
         return 0
 
     def _offline(self) -> int:
@@ -570,6 +605,17 @@ class EvalOffline:
             write_report(report, self.out, about)
         _print_report(f"Offline evaluation of {self.target} on {name}", summary, self.out)
         return 0
+
+
+def _print_sweep(title: str, rows: list, best: object) -> None:
+    """A sweep's rows as a table, the chosen one marked."""
+    print(title)
+    print(f"  {'step':>8}  {'success':>8}  {'95 % CI':>13}  {'progress>0.9':>12}  {'coverage':>8}")
+    for r in rows:
+        mark = "  <- chosen" if r is best else ""
+        print(f"  {r.step:>8}  {r.successes:>3}/{r.episodes:<4}  {100 * r.success_ci95[0]:5.1f}–"
+              f"{100 * r.success_ci95[1]:5.1f} %  {100 * r.progress_success:11.0f}%  "
+              f"{r.mean_final_coverage:8.3f}{mark}")  # fmt: skip
 
 
 def _print_report(title: str, report: dict, out: Path | None) -> None:

@@ -6,6 +6,11 @@ under `out` (default `run/sweep/<start set>`), one `step_<N>/` report per checkp
 episodes.csv: `eval.offline.write_report`), `sweep.json` (a row per checkpoint and the choice) and
 `success.png` (success against training step with Wilson intervals). A checkpoint already evaluated with the
 same settings is read back, not run again, so an interrupted sweep resumes.
+
+`sweep_online(run, ...)` does the same against the surrogate real world (default `pusht/online-v1`, success on
+its oracle) into `run/sweep/online_<start set>`, and `compare_sweeps` puts the two side by side: Pearson and
+Spearman correlation and MMRV of offline against online success over the checkpoints (bootstrap intervals),
+the checkpoint offline evaluation chose and what it scores online (`sweep_both.json`, `success_both.png`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from pathlib import Path
 
 from realissim.envs import EnvConfig
 from realissim.eval.offline import evaluate_offline, write_report
+from realissim.eval.stats import compare_rankings
 
 log = logging.getLogger(__name__)
 
@@ -109,18 +115,7 @@ def sweep_offline(
         summary = done(step)
         if summary is None:
             raise RuntimeError(f"{out}: checkpoint step {step} was evaluated but its results.json is missing")
-        rows.append(
-            SweepRow(
-                step=step,
-                checkpoint=str(path),
-                episodes=int(summary["episodes"]),
-                successes=int(summary["successes"]),
-                success=float(summary["success"]),
-                success_ci95=(float(summary["success_ci95"][0]), float(summary["success_ci95"][1])),
-                progress_success=float(summary["progress_success"]),
-                mean_final_coverage=float(summary["mean_final_coverage"]),
-            )
-        )
+        rows.append(_row(step, path, summary))
     best = choose(rows)
     table = {"run": str(run), "settings": key, "rows": [asdict(r) for r in rows], "chosen": asdict(best)}
     (out / "sweep.json").write_text(json.dumps(table, indent=2))
@@ -170,24 +165,121 @@ def _sweep_on_ray(
     map_batches(jobs, label="sweep (ray)", on_done=on_done)
 
 
-def plot_sweep(rows: list[SweepRow], best: SweepRow, path: Path, label: str) -> None:
-    """Success (with Wilson 95 % intervals) against training step, the chosen checkpoint marked, as a PNG."""
+def plot_sweep(
+    rows: list[SweepRow], best: SweepRow, path: Path, label: str, online: tuple[list[SweepRow], str] | None = None
+) -> None:
+    """Success (with Wilson 95 % intervals) against training step, the chosen checkpoint marked, as a PNG; with
+    `online` (rows, start-set label), the online success of the same checkpoints on the same axes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    steps = [r.step for r in rows]
-    rate = [100 * r.success for r in rows]
-    err = [[100 * (r.success - r.success_ci95[0]) for r in rows], [100 * (r.success_ci95[1] - r.success) for r in rows]]
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
-    ax.errorbar(steps, rate, yerr=err, marker="o", capsize=3, label=f"offline, {label}")
-    ax.plot([best.step], [100 * best.success], "r*", markersize=14, label=f"chosen: step {best.step}")
+    fig, ax = plt.subplots(figsize=(6.5, 3.8), dpi=120)
+    series = [(rows, f"offline, {label}", "o")] + ([(online[0], f"online, {online[1]}", "s")] if online else [])
+    for part, name, marker in series:
+        steps = [r.step for r in part]
+        rate = [100 * r.success for r in part]
+        err = [[100 * (r.success - r.success_ci95[0]) for r in part],
+               [100 * (r.success_ci95[1] - r.success) for r in part]]  # fmt: skip
+        ax.errorbar(steps, rate, yerr=err, marker=marker, capsize=3, label=name)
+    ax.plot([best.step], [100 * best.success], "r*", markersize=14, label=f"chosen offline: step {best.step}")
     ax.set_xlabel("training step")
     ax.set_ylabel("success, % (Wilson 95 %)")
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+@dataclass(frozen=True)
+class OnlineSweepSettings:
+    """How each checkpoint is evaluated online (part of the resume key)."""
+
+    starts: str = "pusht/online-v1"
+    limit: int | None = None
+    trials: int = 1
+    max_seconds: float = 60.0
+    gap: str | None = None
+    realtime: bool = False
+    steps: int | None = None
+    seed: int = 0
+
+
+def _row(step: int, path: Path, summary: dict) -> SweepRow:
+    return SweepRow(
+        step=step,
+        checkpoint=str(path),
+        episodes=int(summary["episodes"]),
+        successes=int(summary["successes"]),
+        success=float(summary["success"]),
+        success_ci95=(float(summary["success_ci95"][0]), float(summary["success_ci95"][1])),
+        progress_success=float(summary["progress_success"]),
+        mean_final_coverage=float(summary["mean_final_coverage"]),
+    )
+
+
+def sweep_online(
+    run: Path, settings: OnlineSweepSettings = OnlineSweepSettings(), out: Path | None = None, threads: int = 1
+) -> tuple[list[SweepRow], Path]:
+    """Evaluate every checkpoint of `run` online (`eval.online.evaluate_online`: the surrogate, correction and
+    follower on, success on its oracle), one report folder per checkpoint under `out` (default
+    `run/sweep/online_<start set>`), resumable like `sweep_offline`; rows by step and the folder."""
+    from realissim.eval.online import evaluate_online, write_online_report
+    from realissim.policy.flow_policy import FlowPolicy
+    from realissim.real.surrogate import SurrogateConfig
+    from realissim.tasks import make, start_set
+
+    checkpoints = run_checkpoints(run)
+    starts = start_set(settings.starts)[: settings.limit]
+    task = make(settings.starts.partition("/")[0])
+    out = Path(out) if out is not None else Path(run) / "sweep" / ("online_" + settings.starts.replace("/", "_"))
+    key = asdict(settings)
+    world = SurrogateConfig(gap=Path(settings.gap) if settings.gap else None, seed=settings.seed,
+                            camera_size=(160, 90), mode="realtime" if settings.realtime else "lockstep")  # fmt: skip
+    rows = []
+    for i, (step, path) in enumerate(checkpoints):
+        folder = out / f"step_{step:07d}"
+        done = folder / "results.json"
+        summary = json.loads(done.read_text()) if done.exists() else None
+        if summary is None or summary.get("sweep") != key:
+            log.info("online: checkpoint %d/%d: step %d", i + 1, len(checkpoints), step)
+            policy = FlowPolicy.load(path, steps=settings.steps, seed=settings.seed, threads=threads)
+            policy.check_scene(task.scene)
+            report = evaluate_online(task, policy, starts, settings.trials, settings.max_seconds,
+                                     policy.env_config(EnvConfig()), world)  # fmt: skip
+            write_online_report(report, folder, {"checkpoint": str(path), "step": step, "sweep": key})
+            summary = json.loads(done.read_text())
+        rows.append(_row(step, path, summary))
+    return rows, out
+
+
+def compare_sweeps(
+    offline: list[SweepRow], online: list[SweepRow], out: Path, labels: tuple[str, str]
+) -> dict[str, object]:
+    """Offline against online over the checkpoints both evaluated: Pearson, Spearman and MMRV (value and
+    bootstrap 95 % interval), the checkpoint offline evaluation chose and its online result; written to
+    `out`/sweep_both.json with the figure `out`/success_both.png."""
+    by_step = {r.step: r for r in online}
+    pairs = [(r, by_step[r.step]) for r in offline if r.step in by_step]
+    if not pairs:
+        raise ValueError("compare_sweeps: no checkpoint was evaluated both offline and online")
+    best = choose([a for a, _ in pairs])
+    result: dict[str, object] = {
+        "checkpoints": len(pairs),
+        "offline_starts": labels[0],
+        "online_starts": labels[1],
+        "chosen_step": best.step,
+        "chosen_offline": asdict(best),
+        "chosen_online": asdict(by_step[best.step]),
+        "best_online_step": max(online, key=lambda r: (r.successes, r.step)).step,
+    }
+    if len(pairs) >= 2:
+        stats = compare_rankings([a.success for a, _ in pairs], [b.success for _, b in pairs])
+        result |= {name: est.as_list() for name, est in stats.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep_both.json").write_text(json.dumps(result, indent=2, default=float))
+    plot_sweep([a for a, _ in pairs], best, out / "success_both.png", labels[0], ([b for _, b in pairs], labels[1]))
+    return result
