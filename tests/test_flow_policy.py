@@ -27,7 +27,7 @@ from realissim.eval.sweep import SweepSettings, sweep_offline
 from realissim.expert.pusht import PushTExpert
 from realissim.geometry import quat_yaw, yaw_quat
 from realissim.policy import ActionChunk, Observation
-from realissim.policy.checkpoint import CheckpointError
+from realissim.policy.checkpoint import CheckpointError, load_checkpoint
 from realissim.policy.dataset import chunk_targets, split_episodes
 from realissim.policy.flow import FlowConfig, euler_sample, flow_loss, sample_time
 from realissim.policy.flow_policy import FlowPolicy, TipSpeedLimit
@@ -270,7 +270,9 @@ def test_a_policy_runs_a_batch_of_envs(trained: TrainResult, task: Task) -> None
 
 
 def test_resuming_continues_the_same_curve(demo: Path, tmp_path: Path) -> None:
-    config = small_config(model=SMALL, steps=30, checkpoint_every=15, keep_checkpoints=5)
+    """Also with the state encoder's MLP (`state_hidden`), whose widths survive the checkpoint's JSON config."""
+    model = dataclasses.replace(SMALL, state_hidden=(32, 32))
+    config = small_config(model=model, steps=30, checkpoint_every=15, keep_checkpoints=5)
     whole = train(config, demo, tmp_path / "whole")
     # A run killed after its step-15 checkpoint: what is left on disk is that checkpoint as last.pt.
     cut = tmp_path / "cut"
@@ -280,6 +282,11 @@ def test_resuming_continues_the_same_curve(demo: Path, tmp_path: Path) -> None:
     assert resumed.step == 30 and np.array_equal(resumed.losses, whole.losses)
     for a, b in zip(resumed.model.state_dict().values(), whole.model.state_dict().values()):
         assert torch.equal(a, b)
+    loaded = FlowPolicy.load(cut / "last.pt")
+    assert loaded.config.state_hidden == (32, 32) and loaded.model.encoder.feature_dim == 11 + 32
+    first, total = (load_checkpoint(p)[0]["train_wall_s"] for p in (cut.parent / "whole" / "checkpoints" /
+                                                                    "step_0000015.pt", cut / "last.pt"))  # fmt: skip
+    assert 0 < first < total  # the optimisation time of both sessions
     with pytest.raises(FileExistsError, match="resume"):
         train(config, demo, cut)
     with pytest.raises(CheckpointError, match="lr"):
