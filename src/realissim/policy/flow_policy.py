@@ -156,7 +156,9 @@ class FlowPolicy:
         path = Path(path)
         meta, tensors = load_checkpoint(path)
         try:
-            config = from_dict(ModelConfig, meta["config"]["model"])
+            # Fields added since a checkpoint was written take the value that reproduces its model, not today's
+            # default: `state_hidden` came in with the state MLP (before it, the state fed FiLM directly).
+            config = from_dict(ModelConfig, {"state_hidden": [], **meta["config"]["model"]})
             trained = scene_from_dict(meta["scene"])
         except (KeyError, TypeError, SpecError) as err:
             raise CheckpointError(f"{path}: malformed meta: {err}") from None
