@@ -51,7 +51,7 @@ class Args:
     """An existing dataset with at least max(counts) successful episodes (None: collect OUT/demos)."""
     steps: int = 10_000
     """Training steps per policy."""
-    state_hidden: tuple[int, ...] = ()
+    state_hidden: tuple[int, ...] = (256, 256)
     """The state encoder's MLP widths (ModelConfig.state_hidden)."""
     select_limit: int | None = None
     """Choose checkpoints on the first N starts of pusht/select-v1 (None: all 50)."""

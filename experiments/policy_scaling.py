@@ -47,7 +47,7 @@ class Args:
     """Evaluation start set."""
     limit: int | None = None
     """Evaluate on its first N starts only (None: all)."""
-    state_hidden: tuple[int, ...] = ()
+    state_hidden: tuple[int, ...] = (256, 256)
     """The state encoder's MLP widths (ModelConfig.state_hidden)."""
     select_limit: int | None = None
     """Choose each run's checkpoint on the first N starts of pusht/select-v1 (None: all 50)."""

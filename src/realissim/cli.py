@@ -351,8 +351,9 @@ class Train:
     """Training only: noise (std) on the normalised q and object pose inputs, a regulariser."""
     state_tip: bool = False
     """state: also the pusher tip's position (world, and in the object's frame) as inputs."""
-    state_hidden: tuple[int, ...] = ()
-    """state: widths of an MLP from the state to extra conditioning features (none: the state itself)."""
+    state_hidden: tuple[int, ...] = (256, 256)
+    """state: widths of an MLP from the state to extra conditioning features (`--state-hidden` with no widths:
+    none, the state itself conditions the network)."""
     camera: str | None = None
     """Image representations: the camera (None: "wrist" for wrist, the scene's first camera otherwise)."""
     image_size: tuple[int, int] = (96, 96)

@@ -32,10 +32,11 @@ class ModelConfig:
     """Observation representation."""
     state_tip: bool = False
     """`state`: also the pusher tip's position, in the world and in each object's frame (`StateEncoder`)."""
-    state_hidden: tuple[int, ...] = ()
+    state_hidden: tuple[int, ...] = (256, 256)
     """`state`: widths of an MLP (Mish) from the normalised state to extra features, concatenated with the
     state itself (`StateEncoder`); () feeds the state to the FiLM layers directly (Diffusion Policy's
-    low-dimensional policy)."""
+    low-dimensional policy). Measured on 60 demonstrations: it learns faster and reached 55 % on eval-v1
+    against 47 % without (docs/decisions.md, "Flow policy")."""
     camera: str | None = None
     """Image representations: the camera (None: "wrist" for `wrist`, the scene's first camera otherwise)."""
     image_size: tuple[int, int] = (96, 96)
