@@ -47,6 +47,11 @@ class Args:
 
 def main() -> None:
     args = tyro.cli(Args)
+
+    def save() -> None:  # after each part, so a long online part cut off keeps the offline keys
+        if args.json is not None:
+            args.json.write_text(json.dumps(out, indent=2, default=float))
+
     logging.basicConfig(level=logging.WARNING)
     task = make("pusht")
     out: dict[str, object] = {}
@@ -64,6 +69,7 @@ def main() -> None:
             out["offline_success"] = s["success"]
             out["progress_agreement_kappa"] = s["progress_agreement_kappa"]
             out["progress_agreement_matrix"] = s["progress_agreement_matrix"]
+        save()
     if args.online:
         policy = FlowPolicy.load(args.state, obs="state", scene=task.scene)
         starts = start_set("pusht/online-v1")[: args.online]
@@ -78,8 +84,7 @@ def main() -> None:
     print(f"{'key':<36} value")
     for key, value in out.items():
         print(f"{key:<36} {value:.4g}" if isinstance(value, float) else f"{key:<36} {value}")
-    if args.json is not None:
-        args.json.write_text(json.dumps(out, indent=2, default=float))
+    save()
 
 
 if __name__ == "__main__":
