@@ -23,6 +23,7 @@ import tyro
 from pipeline import (
     Row,
     choose_checkpoint,
+    command_line,
     ensure_demos,
     figure,
     table,
@@ -79,11 +80,7 @@ def main(args: Args) -> None:
         offline = test_offline(chosen, run / "eval_v1", limit=args.test_limit)
         online = test_online(chosen, run / "online_v1", limit=args.online_limit) if args.online else None
         rows.append(Row(f"{n} demos", PAPER.get(n), offline, online, train_minutes(run), args.steps, about["step"]))
-    options = " ".join(
-        f"--{f.name.replace('_', '-')} " + (" ".join(map(str, value)) if isinstance(value, tuple) else str(value))
-        for f in dataclasses.fields(args)
-        if (value := getattr(args, f.name)) is not None and not isinstance(value, bool) and value != ()
-    )
+    options = command_line("demos.py", args)
     lines = [
         f"# Demonstrations: 30 against 60 ({datetime.now(UTC).date()})",
         "",
@@ -99,7 +96,7 @@ def main(args: Args) -> None:
         "",
         *table(rows),
         "",
-        f"Reproduce: `python experiments/demos.py {options}`",
+        f"Reproduce: `{options}`",
     ]
     (args.out / "demos.md").write_text("\n".join(lines) + "\n")
     (args.out / "demos.json").write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=2, default=float))

@@ -161,6 +161,24 @@ def figure(rows: list[Row], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def command_line(script: str, args: object) -> str:
+    """`python experiments/<script> --option value ...` reproducing a dataclass of options `args` (None and empty
+    tuples left out, booleans as --flag / --no-flag)."""
+    import dataclasses
+
+    parts = []
+    for f in dataclasses.fields(args):  # type: ignore[arg-type]
+        value = getattr(args, f.name)
+        name = f.name.replace("_", "-")
+        if isinstance(value, bool):
+            parts.append(f"--{name}" if value else f"--no-{name}")
+        elif isinstance(value, tuple) and value:
+            parts.append(f"--{name} " + " ".join(map(str, value)))
+        elif value is not None and not isinstance(value, tuple):
+            parts.append(f"--{name} {value}")
+    return f"python experiments/{script} " + " ".join(parts)
+
+
 def train_minutes(run: Path) -> float:
     """Training wall minutes of `run` (the sum over its sessions, from the checkpoint's meta)."""
     meta = load_checkpoint(run / "last.pt")[0]

@@ -15,7 +15,6 @@ evaluation whose results.json exists is read back. Cut off, run the same command
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import tyro
-from pipeline import choose_checkpoint, ensure_demos, test_offline, train_arm
+from pipeline import choose_checkpoint, command_line, ensure_demos, test_offline, train_arm
 
 from realissim.eval.stats import rate_text
 from realissim.policy.checkpoint import load_checkpoint
@@ -80,12 +79,8 @@ def main(args: Args) -> None:
         k, n = r["successes"], r["episodes"]
         lines.append(f"| {r['demos']} | {rate_text(k, n)} | {100 * r['progress_success']:.0f} % | "
                      f"{r['median_time_to_success_s']:.1f} s |")  # fmt: skip
-    options = " ".join(
-        f"--{f.name.replace('_', '-')} " + (" ".join(map(str, value)) if isinstance(value, tuple) else str(value))
-        for f in dataclasses.fields(args)
-        if (value := getattr(args, f.name)) is not None and value != ()
-    )
-    lines += ["", f"Reproduce: `python experiments/policy_scaling.py {options}`"]
+    options = command_line("policy_scaling.py", args)
+    lines += ["", f"Reproduce: `{options}`"]
     (args.out / "scaling.md").write_text("\n".join(lines) + "\n")
     (args.out / "scaling.json").write_text(json.dumps(rows, indent=2, default=float))
     print("\n".join(lines))

@@ -30,6 +30,7 @@ import tyro
 from pipeline import (
     Row,
     choose_checkpoint,
+    command_line,
     ensure_demos,
     figure,
     table,
@@ -104,11 +105,7 @@ def main(args: Args) -> None:
 
 
 def write_outputs(args: Args, rows: list[Row]) -> None:
-    options = " ".join(
-        f"--{f.name.replace('_', '-')} " + (" ".join(map(str, value)) if isinstance(value, tuple) else str(value))
-        for f in dataclasses.fields(args)
-        if (value := getattr(args, f.name)) is not None and not isinstance(value, bool)
-    )
+    options = command_line("representations.py", args)
     lines = [
         f"# Observation representations ({datetime.now(UTC).date()})",
         "",
@@ -125,7 +122,7 @@ def write_outputs(args: Args, rows: list[Row]) -> None:
         "",
         *table(rows),
         "",
-        f"Reproduce: `python experiments/representations.py {options}`",
+        f"Reproduce: `{options}`",
     ]
     (args.out / "representations.md").write_text("\n".join(lines) + "\n")
     (args.out / "representations.json").write_text(
