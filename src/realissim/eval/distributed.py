@@ -23,8 +23,8 @@ from tqdm import tqdm
 
 from realissim.envs import BatchEnv, EnvConfig
 from realissim.eval.episode import EpisodeResult, run_episodes
-from realissim.eval.offline import OfflineReport
-from realissim.policy.base import PerEnvPolicies, Policy
+from realissim.eval.offline import OfflineReport, batches
+from realissim.policy.base import Policy
 from realissim.spec.state import StartState
 from realissim.tasks import Task, make
 
@@ -59,23 +59,6 @@ class CheckpointPolicy:
         from realissim.policy.flow_policy import FlowPolicy
 
         return FlowPolicy.load(self.path).env_config(base)
-
-
-@dataclass(frozen=True)
-class ExpertPolicy:
-    """The task's scripted expert, one per environment (`PerEnvPolicies`)."""
-
-    def __call__(self, task: Task, envs: int) -> Policy:
-        from realissim.expert.pusht import PushTExpert
-
-        return PerEnvPolicies([PushTExpert(task.scene) for _ in range(envs)])
-
-
-def batches(starts: Sequence[StartState], envs: int) -> list[list[StartState]]:
-    """The local run's batches: consecutive runs of `envs` starts (the last may be shorter)."""
-    if envs < 1:
-        raise ValueError(f"envs: must be ≥ 1, got {envs}")
-    return [list(starts[i : i + envs]) for i in range(0, len(starts), envs)]
 
 
 def run_batch(

@@ -73,6 +73,14 @@ class OfflineReport:
         }
 
 
+def batches(starts: Sequence[StartState], envs: int) -> list[list[StartState]]:
+    """The batches an evaluation runs: consecutive runs of `envs` starts (the last may be shorter). A batch shares
+    the policy's noise stream, so local and distributed runs (`eval.distributed`) must cut the same way."""
+    if envs < 1:
+        raise ValueError(f"envs: must be ≥ 1, got {envs}")
+    return [list(starts[i : i + envs]) for i in range(0, len(starts), envs)]
+
+
 def evaluate_offline(
     task: Task,
     policy: Policy,
@@ -84,17 +92,15 @@ def evaluate_offline(
 ) -> OfflineReport:
     """Run `policy` (a batched policy: it takes (B, ...) observations) from every start in batches of `envs`
     `BatchEnv`s with `config` (its cameras if the policy needs images); results in start order."""
-    if envs < 1:
-        raise ValueError(f"envs: must be ≥ 1, got {envs}")
     if not starts:
         raise ValueError("starts: need at least one start")
+    split = batches(starts, envs)
     wall0 = time.perf_counter()
     results: list[EpisodeResult] = []
     env: BatchEnv | None = None
     bar = tqdm(total=len(starts), desc="offline eval", unit="episode", disable=not progress)
     with bar:
-        for first in range(0, len(starts), envs):
-            batch = list(starts[first : first + envs])
+        for batch in split:
             if env is None or env.size != len(batch):
                 env = BatchEnv(task, len(batch), config)
             results += run_episodes(env, policy, batch, max_seconds)

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from realissim.envs import EnvConfig
-from realissim.eval.offline import evaluate_offline, write_report
+from realissim.eval.offline import OfflineReport, batches, evaluate_offline, write_report
 from realissim.eval.stats import compare_rankings
 
 log = logging.getLogger(__name__)
@@ -136,8 +136,7 @@ def _sweep_on_ray(
     is written as soon as all of its batches are in (so an interrupted sweep keeps them)."""
     import time
 
-    from realissim.eval.distributed import CheckpointPolicy, batches, connect, map_batches
-    from realissim.eval.offline import OfflineReport
+    from realissim.eval.distributed import CheckpointPolicy, connect, map_batches
 
     connect(address)
     split = batches(starts, settings.envs)
