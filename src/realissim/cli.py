@@ -354,6 +354,8 @@ class Train:
     state_hidden: tuple[int, ...] = (256, 256)
     """state: widths of an MLP from the state to extra conditioning features (`--state-hidden` with no widths:
     none, the state itself conditions the network)."""
+    channels: tuple[int, ...] = (32, 64, 128)
+    """The velocity U-Net's channels per level, finest first (each divisible by 8)."""
     camera: str | None = None
     """Image representations: the camera (None: "wrist" for wrist, the scene's first camera otherwise)."""
     image_size: tuple[int, int] = (96, 96)
@@ -372,9 +374,11 @@ class Train:
     def config(self) -> TrainConfig:
         from realissim.policy.model import ModelConfig
         from realissim.policy.train import TrainConfig
+        from realissim.policy.unet import UNetConfig
 
         return TrainConfig(
             model=ModelConfig(
+                network=UNetConfig(channels=self.channels),
                 obs=self.obs,
                 actions=self.actions,
                 state_tip=self.state_tip,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --help` stays fast
+    from realissim.expert.disturb import DisturbConfig
     from realissim.policy.base import Policy
     from realissim.real.interfaces import RealWorld
     from realissim.tasks import Task
@@ -50,10 +51,22 @@ class CollectConfig:
     """Online: also store the real cameras' frames (compressed)."""
     camera_size: tuple[int, int] = (160, 90)
     """Online: the surrogate's camera size, px (width, height)."""
+    disturb_every: float = 0.0
+    """Disturbed demonstrations (offline expert only): mean simulated time between moves of the object while the
+    expert works, s (0: none); see `expert.disturb`."""
+    disturb_xy: float = 0.04
+    """Disturbed demonstrations: standard deviation of a move's planar shift, m per axis."""
+    disturb_yaw: float = 0.6
+    """Disturbed demonstrations: standard deviation of a move's yaw change, rad."""
+    disturb_max: int = 3
+    """Disturbed demonstrations: moves per episode at most."""
     progress: bool = True
     """Show a progress bar."""
 
     def __post_init__(self) -> None:
+        if self.disturb_every and (self.online or self.policy != "expert"):
+            raise ValueError("disturb_every: disturbed demonstrations are collected offline, by the expert")
+        _ = self.disturb  # validates the disturbance options
         if self.episodes < 0:
             raise ValueError(f"episodes: must be ≥ 0, got {self.episodes}")
         if not (self.max_seconds > 0 and math.isfinite(self.max_seconds)):
@@ -62,6 +75,14 @@ class CollectConfig:
             raise ValueError("gap: a reality-gap profile needs --online")
         if self.record_images and not self.online:
             raise ValueError("record_images: an offline twin has no real cameras (its views can be rendered later)")
+
+    @property
+    def disturb(self) -> DisturbConfig:
+        """The disturbance settings."""
+        from realissim.expert.disturb import DisturbConfig
+
+        return DisturbConfig(every=self.disturb_every, xy=self.disturb_xy, yaw=self.disturb_yaw,
+                             max_count=self.disturb_max)  # fmt: skip
 
 
 def make_expert(task: Task) -> Policy:
@@ -142,11 +163,20 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
         with DatasetWriter(config.out, meta) as writer:
             first = writer.next_index
             recorder = EpisodeRecorder(writer, record_images=config.record_images)
+            disturber = None
+            if config.disturb.enabled:
+                from realissim.expert.disturb import EXTRA_KEY, Disturber
+
+                disturber = Disturber(policy, env, task, config.disturb)  # type: ignore[arg-type]
+                recorder.extra = lambda: {EXTRA_KEY: list(disturber.times)}
+                policy = disturber
             bar = tqdm(range(first, first + config.episodes), desc="collect", unit="episode",
                        disable=not config.progress)  # fmt: skip
             for index in bar:
                 seed = int(np.random.SeedSequence([config.seed, index]).generate_state(1)[0])
                 recorder.seed = seed
+                if disturber is not None:
+                    disturber.seed = seed
                 result = run_episode(env, policy, None, config.max_seconds, [recorder], seed=seed)
                 report.added += 1
                 report.successes += int(result.success)

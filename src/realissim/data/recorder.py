@@ -9,6 +9,7 @@ episode to the writer in one piece.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,8 +62,16 @@ class EpisodeRecorder(EpisodeObserver):
     with each episode (set it before each run when the starts are drawn per seed).
     """
 
-    def __init__(self, writer: DatasetWriter, record_images: bool = False, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        writer: DatasetWriter,
+        record_images: bool = False,
+        seed: int | None = None,
+        extra: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
         self.writer, self.record_images, self.seed = writer, record_images, seed
+        self.extra = extra
+        """Called at each episode's end (`on_end`) for more JSON attributes of its `extra`."""
         self.last: EpisodeInfo | None = None
         self._env: Env | None = None
         self._ik: PusherIK | None = None
@@ -144,7 +153,7 @@ class EpisodeRecorder(EpisodeObserver):
             float(result.final.get("coverage", math.nan)),
             desynced_s=result.desynced_s,
             reacquisitions=result.reacquisitions,
-            extra={"final": {k: _plain(v) for k, v in result.final.items()}},
+            extra={"final": {k: _plain(v) for k, v in result.final.items()}} | (self.extra() if self.extra else {}),
             start=result.start,
         )
 

@@ -197,6 +197,11 @@ class PushTExpert:
         self.pushes = []
         self._rng = np.random.default_rng(self.config.seed)
 
+    def replan(self) -> None:
+        """Drop the current plan: the next `act` decides again from what it observes (the world was changed
+        under the plan, e.g. by a disturbance, `expert.disturb`). The episode's progress reference is kept."""
+        self._plan, self._plan_progress = None, None
+
     def act(self, observation: Observation) -> ActionChunk:
         cfg = self.config
         t = float(observation.time)

@@ -55,21 +55,31 @@ def chunk_targets(time: np.ndarray, q_cmd: np.ndarray, progress: np.ndarray, hor
 def build_samples(
     dataset: Dataset, encoder: ObservationEncoder, episodes: Sequence[EpisodeInfo], horizon: float, m: int
 ) -> ChunkSamples:
-    """The samples of every frame of `episodes` (see the module's docstring)."""
-    actions, reference, owner = [], [], []
+    """The samples of every frame of `episodes` (see the module's docstring), less the frames whose target chunk
+    reaches past a disturbance of a disturbed demonstration (`expert.disturb.disturbance_mask`)."""
+    from realissim.expert.disturb import EXTRA_KEY, disturbance_mask
+
+    actions, reference, owner, keep = [], [], [], []
     for info in episodes:
         a = dataset.arrays(info.index)
-        q_cmd = a["q_cmd"][...]
-        actions.append(chunk_targets(a["time"][...], q_cmd, a["progress"][...], horizon, m))
+        time, q_cmd = a["time"][...], a["q_cmd"][...]
+        actions.append(chunk_targets(time, q_cmd, a["progress"][...], horizon, m))
         reference.append(q_cmd.astype(np.float32))
         owner.append(np.full(info.length, info.index, dtype=np.int64))
+        keep.append(~disturbance_mask(time, info.extra.get(EXTRA_KEY, ()), horizon))
     joints = len(dataset.meta.joint_names)
-    return ChunkSamples(
-        encoder.dataset_inputs(dataset, episodes),
+    inputs = encoder.dataset_inputs(dataset, episodes)
+    samples = ChunkSamples(
+        inputs,
         np.concatenate(actions) if actions else np.zeros((0, m, joints + 1), np.float32),
         np.concatenate(reference) if reference else np.zeros((0, joints), np.float32),
         np.concatenate(owner) if owner else np.zeros(0, np.int64),
     )
+    kept = np.concatenate(keep) if keep else np.zeros(0, bool)
+    if kept.all():
+        return samples  # (memory-mapped image caches stay mapped)
+    return ChunkSamples({k: v[kept] for k, v in inputs.items()}, samples.actions[kept], samples.reference[kept],
+                        samples.episode[kept])  # fmt: skip
 
 
 def split_episodes(

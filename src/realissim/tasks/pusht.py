@@ -224,6 +224,17 @@ class PushTTask(Task[PushTTaskConfig]):
     def _build_scene(self) -> SceneSpec:
         return pusht_scene(self.config.scene)
 
+    @property
+    def t_index(self) -> int:
+        """The T's index among the scene's objects."""
+        return self._t_index
+
+    @staticmethod
+    def in_workspace(pos: ArrayLike) -> bool:
+        """Whether a planar position (2+,) m lies in the workspace square the starts are drawn from."""
+        d = np.abs(np.asarray(pos, dtype=np.float64)[:2] - np.asarray(WORKSPACE_CENTER))
+        return bool(np.all(d <= WORKSPACE_HALF))
+
     @functools.cached_property
     def ik(self) -> PusherIK:
         """The pusher's inverse kinematics on this task's scene."""
