@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from realissim.collect import CollectConfig, collect
+from realissim.data.schema import DISTURBANCES_KEY
 from realissim.data.store import Dataset
-from realissim.expert.disturb import EXTRA_KEY, DisturbConfig, Disturber, disturbance_mask
+from realissim.expert.disturb import DisturbConfig, Disturber
 from realissim.geometry import quat_yaw
 from realissim.policy.base import ActionChunk, Observation
-from realissim.policy.dataset import build_samples
+from realissim.policy.dataset import build_samples, disturbance_mask
 from realissim.policy.observations import make_encoder
 from realissim.tasks import make
 from realissim.tasks.pusht import PushTTask
@@ -55,7 +56,7 @@ def test_disturbed_collection_moves_the_t_between_chunks_and_training_drops_thos
     collect(config, policy)
     dataset = Dataset(out, include_failed=True)
     (info,) = dataset.all_episodes
-    times = info.extra[EXTRA_KEY]
+    times = info.extra[DISTURBANCES_KEY]
     assert len(times) == 3 and policy.replans == 3  # the T rests and the rod is clear: every due move happens
     assert all(t >= DisturbConfig().not_before for t in times) and times == sorted(times)
     a = dataset.arrays(info.index)

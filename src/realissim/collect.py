@@ -165,10 +165,11 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
             recorder = EpisodeRecorder(writer, record_images=config.record_images)
             disturber = None
             if config.disturb.enabled:
-                from realissim.expert.disturb import EXTRA_KEY, Disturber
+                from realissim.data.schema import DISTURBANCES_KEY
+                from realissim.expert.disturb import Disturber
 
                 disturber = Disturber(policy, env, task, config.disturb)  # type: ignore[arg-type]
-                recorder.extra = lambda: {EXTRA_KEY: list(disturber.times)}
+                recorder.extra = lambda: {DISTURBANCES_KEY: list(disturber.times)}
                 policy = disturber
             bar = tqdm(range(first, first + config.episodes), desc="collect", unit="episode",
                        disable=not config.progress)  # fmt: skip

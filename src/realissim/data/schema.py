@@ -297,6 +297,11 @@ def _checked_images(images: Mapping[str, np.ndarray], meta: DatasetMeta, length:
     return out
 
 
+DISTURBANCES_KEY = "disturbances"
+"""Key of an episode's `extra` holding the simulated times (s) at which the collector moved its objects
+(disturbed demonstrations, `expert.disturb`)."""
+
+
 @dataclass(frozen=True)
 class EpisodeInfo:
     """What is known of a stored episode without reading its frames."""
@@ -319,7 +324,8 @@ class EpisodeInfo:
     """Online: s during which the twin was flagged out of sync."""
     reacquisitions: int
     extra: dict[str, Any]
-    """Anything else the collector recorded (JSON types)."""
+    """Anything else the collector recorded (JSON types); `DISTURBANCES_KEY` the times of a disturbed
+    demonstration's moves (`expert.disturb`)."""
 
     def to_json(self) -> dict[str, Any]:
         """The stored attributes (index, failed and duration are derived on reading)."""

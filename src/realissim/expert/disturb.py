@@ -10,9 +10,9 @@ cheap way to show the expert's answer from more states per demonstration — the
 A disturbance happens only between two chunks (when the expert is asked for the next one), with the object at
 rest and clear of the rod, and only to a pose that is in the task's workspace, reachable all round, clear of the
 robot and not already a success; the expert is then told to decide again (`replan`). The simulated times of the
-disturbances are stored with the episode (`extra["disturbances"]`), and training drops the frames whose target
-chunk would reach past one (their targets would show the expert reacting to a move it could not foresee;
-`policy.dataset.build_samples`).
+disturbances are stored with the episode (`extra[DISTURBANCES_KEY]`, `data.schema`), and training drops the
+frames whose target chunk would reach past one (their targets would show the expert reacting to a move it could
+not foresee; `policy.dataset.disturbance_mask`).
 """
 
 from __future__ import annotations
@@ -26,16 +26,13 @@ import numpy as np
 
 from realissim.geometry import quat_yaw, yaw_quat
 from realissim.policy.base import ActionChunk, Observation, Policy
-from realissim.tasks.pusht import T_BLOCK, PushTTask
+from realissim.tasks.pusht import T_BLOCK, PushTTask, wrap_angle
 from realissim.twin.placement import place_object
 
 if TYPE_CHECKING:
     from realissim.envs import Env
 
 log = logging.getLogger(__name__)
-
-EXTRA_KEY = "disturbances"
-"""Key of an episode's `extra` holding the simulated times (s) of its disturbances."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +131,7 @@ class Disturber:
         for _ in range(cfg.tries):
             new = pos.copy()
             new[:2] += self._rng.normal(0.0, cfg.xy, 2)
-            new_yaw = float(np.angle(np.exp(1j * (yaw + self._rng.normal(0.0, cfg.yaw)))))
+            new_yaw = wrap_angle(yaw + float(self._rng.normal(0.0, cfg.yaw)))
             if not task.in_workspace(new) or self._gap(tip[:2], new, new_yaw) < cfg.clearance:
                 continue
             all_pos = np.asarray(observation.object_pos, dtype=np.float64).copy()
@@ -149,15 +146,3 @@ class Disturber:
                       (placed.pos[:2] - pos[:2]).round(3), new_yaw - yaw)  # fmt: skip
             return True
         return False
-
-
-def disturbance_mask(time: np.ndarray, disturbances: list[float] | tuple[float, ...], horizon: float) -> np.ndarray:
-    """(T,) bool: True for the frames whose target chunk (time[k], time[k] + horizon] reaches past a disturbance
-    at one of `disturbances` (s), i.e. d − horizon < time[k] ≤ d: those targets show the expert reacting to a
-    move it could not foresee, and are not trained on. Frames after a disturbance are kept."""
-    time = np.asarray(time, dtype=np.float64)
-    out = np.zeros(time.shape, dtype=bool)
-    eps = 1e-6
-    for d in disturbances:
-        out |= (time > d - horizon + eps) & (time <= d + eps)
-    return out

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from realissim.data.reader import Dataset
-from realissim.data.schema import DatasetError, EpisodeInfo
+from realissim.data.schema import DISTURBANCES_KEY, DatasetError, EpisodeInfo
 
 if TYPE_CHECKING:  # the encoders import this module's fingerprint (render cache)
     from realissim.policy.observations import ObservationEncoder
@@ -52,13 +52,23 @@ def chunk_targets(time: np.ndarray, q_cmd: np.ndarray, progress: np.ndarray, hor
     return out.astype(np.float32)
 
 
+def disturbance_mask(time: np.ndarray, disturbances: list[float] | tuple[float, ...], horizon: float) -> np.ndarray:
+    """(T,) bool: True for the frames whose target chunk (time[k], time[k] + horizon] reaches past a disturbance
+    at one of `disturbances` (s), i.e. d − horizon < time[k] ≤ d: those targets show the expert reacting to a
+    move it could not foresee, and are not trained on. Frames after a disturbance are kept."""
+    time = np.asarray(time, dtype=np.float64)
+    out = np.zeros(time.shape, dtype=bool)
+    eps = 1e-6
+    for d in disturbances:
+        out |= (time > d - horizon + eps) & (time <= d + eps)
+    return out
+
+
 def build_samples(
     dataset: Dataset, encoder: ObservationEncoder, episodes: Sequence[EpisodeInfo], horizon: float, m: int
 ) -> ChunkSamples:
     """The samples of every frame of `episodes` (see the module's docstring), less the frames whose target chunk
-    reaches past a disturbance of a disturbed demonstration (`expert.disturb.disturbance_mask`)."""
-    from realissim.expert.disturb import EXTRA_KEY, disturbance_mask
-
+    reaches past a disturbance of a disturbed demonstration (`disturbance_mask`)."""
     actions, reference, owner, keep = [], [], [], []
     for info in episodes:
         a = dataset.arrays(info.index)
@@ -66,7 +76,7 @@ def build_samples(
         actions.append(chunk_targets(time, q_cmd, a["progress"][...], horizon, m))
         reference.append(q_cmd.astype(np.float32))
         owner.append(np.full(info.length, info.index, dtype=np.int64))
-        keep.append(~disturbance_mask(time, info.extra.get(EXTRA_KEY, ()), horizon))
+        keep.append(~disturbance_mask(time, info.extra.get(DISTURBANCES_KEY, ()), horizon))
     joints = len(dataset.meta.joint_names)
     inputs = encoder.dataset_inputs(dataset, episodes)
     samples = ChunkSamples(
