@@ -65,10 +65,13 @@ class Args:
     tune: int = 4
     """The sweep's first this many profiles are for tuning; the rest are held out."""
     sweep_seed: int = SWEEP_SEED
+    correct_every: int = 1
+    """Correct every n-th frame, holding the wrench between (`RuntimeConfig.correct_every`)."""
 
 
-def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str) -> dict:
-    config = contact_rich(seed, seconds=seconds, gap=gap, runtime=RuntimeConfig(correct=correct))
+def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, every: int = 1) -> dict:
+    runtime = RuntimeConfig(correct=correct, correct_every=every)
+    config = contact_rich(seed, seconds=seconds, gap=gap, runtime=runtime)
     out = run_scenario(make("pusht"), config, label=label)
     out.pop("series")
     return out
@@ -79,9 +82,13 @@ def main(args: Args) -> dict:
     if args.sweep:
         return sweep(args)
     results = {
-        name: run(args.gap, args.seconds, args.seed, name == "on", f"correction {name}") for name in ("on", "off")
+        name: run(args.gap, args.seconds, args.seed, name == "on", f"correction {name}", args.correct_every)
+        for name in ("on", "off")
     }
-    print(f"contact-rich, gap {args.gap or 'default'}, seed {args.seed}, {args.seconds:g} s, lock-step")
+    print(
+        f"contact-rich, gap {args.gap or 'default'}, seed {args.seed}, {args.seconds:g} s, lock-step, "
+        f"correcting every {args.correct_every} frame(s)"
+    )
     print(f"| {'metric':<38} | {'correction on':>13} | {'off':>9} |")
     print(f"|{'-' * 40}|{'-' * 15}|{'-' * 11}|")
     for key, label in KEYS:
@@ -97,7 +104,7 @@ def sweep(args: Args) -> dict:
         for i, (name, gap) in enumerate(sweep_profiles(args.profiles, args.sweep_seed)):
             path = Path(folder) / f"{name}.json"
             save_gap(gap, path)
-            out = run(path, args.seconds, args.seed, True, name)
+            out = run(path, args.seconds, args.seed, True, name, args.correct_every)
             rows[name] = {"set": "tune" if i < args.tune else "held-out", **describe(gap), **out}
     params = ("friction", "mass", "com_mm", "latency_ms", "cam_rot_deg", "shadows")
     shown = ("pos_err_median_mm", "pos_err_p95_mm", "pos_err_p95_moving_mm", "pos_err_max_mm", "yaw_err_p95_deg",

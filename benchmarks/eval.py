@@ -21,6 +21,7 @@ import tyro
 from realissim.envs import EnvConfig
 from realissim.eval.offline import evaluate_offline
 from realissim.eval.online import evaluate_online
+from realissim.eval.sweep import online_env_config
 from realissim.policy.flow_policy import FlowPolicy
 from realissim.real.surrogate import SurrogateConfig
 from realissim.tasks import make, start_set
@@ -41,6 +42,8 @@ class Args:
     envs: int = 20
     """Parallel offline environments."""
     max_seconds: float = 60.0
+    correct_every: int = 1
+    """Online: correct every n-th frame (`RuntimeConfig.correct_every`)."""
     json: Path | None = None
     """Write the results here as JSON."""
 
@@ -74,9 +77,11 @@ def main() -> None:
         policy = FlowPolicy.load(args.state, obs="state", scene=task.scene)
         starts = start_set("pusht/online-v1")[: args.online]
         world = SurrogateConfig(camera_size=(160, 90))
-        report = evaluate_online(task, policy, starts, 1, args.max_seconds, policy.env_config(EnvConfig()), world)
+        config = policy.env_config(online_env_config(args.correct_every))
+        report = evaluate_online(task, policy, starts, 1, args.max_seconds, config, world)
         s = report.summary()
         out["online_episode_s"] = s["median_episode_wall_s"]
+        out["online_correct_every"] = args.correct_every
         out["online_success"] = s["success"]
         out["online_success_ci95"] = s["success_ci95"]
         out["online_errors"] = s["errors"]

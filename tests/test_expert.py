@@ -66,6 +66,21 @@ def test_expert_is_a_policy_whose_push_lowers_the_model_cost(task, expert) -> No
     assert np.linalg.norm(push.direction) == pytest.approx(1.0)
 
 
+def test_reseeded_expert_chooses_the_same_push_for_the_same_state(task) -> None:
+    from dataclasses import replace
+
+    from realissim.expert.pusht import PushTExpertConfig
+
+    s = start_set("pusht/eval-v1")[3]
+    chosen = {}
+    for reseed in (True, False):
+        expert = PushTExpert(task.scene, replace(PushTExpertConfig(), reseed=reseed))
+        pushes = [expert.plan_push(s.object_pos, s.object_quat) for _ in range(3)]  # later decisions, same state
+        chosen[reseed] = {(tuple(p.approach.round(6)), tuple(p.direction.round(6)), round(p.length, 6)) for p in pushes}
+    assert len(chosen[True]) == 1  # a function of the state
+    assert len(chosen[False]) > 1  # without: also of the decisions before it (the refinement's draws differ)
+
+
 def _sin_cos(quat: np.ndarray) -> tuple[float, float]:
     w, x, y, z = quat
     return 2 * (w * z + x * y), 1 - 2 * (y * y + z * z)

@@ -80,6 +80,36 @@ def test_online_lockstep_frames_couple_twin_and_world(scene: SceneSpec) -> None:
         assert np.abs(report.state.q - held_q).max() > 0.05
 
 
+def test_correcting_every_other_frame_holds_the_wrench_between(scene: SceneSpec) -> None:
+    from realissim.runtime.desync import DesyncConfig
+    from realissim.runtime.loop import per_corrected_frame
+
+    halved = per_corrected_frame(DesyncConfig(frames=20, sight_frames=5, warmup=60), 2)
+    assert (halved.frames, halved.sight_frames, halved.warmup) == (10, 3, 30)  # same seconds at half the rate
+    with pytest.raises(ValueError, match="correct_every"):
+        RuntimeConfig(correct_every=0)
+    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90))) as world:
+        runtime = Runtime(scene, RuntimeConfig(correct_every=2), world)
+        assert runtime.detector is not None and runtime.detector.config.frames == 10
+        runtime.reset()
+        runtime.calibrate()
+        applied: list[np.ndarray] = []
+        apply = runtime.twin.apply_wrenches
+        runtime.twin.apply_wrenches = lambda w: (applied.append(np.array(w)), apply(w))[1]  # type: ignore[method-assign]
+        corrected = []
+        for q in scripted_targets(scene, 1 / 60, 120):
+            report = runtime.frame(q)
+            corrected.append(report.correction is not None)
+            if report.correction is None:  # a frame between two corrections pulls with the last one's wrench
+                assert np.array_equal(applied[-1], applied[-2])
+            else:
+                assert np.array_equal(applied[-1], report.correction.wrenches)
+        truth = world.oracle.read()
+    assert corrected == [k % 2 == 0 for k in range(120)]
+    assert len(applied) == 120  # every frame, skipped ones included, applies a wrench
+    assert np.linalg.norm(truth.object_pos[0, :2] - report.state.object_pos[0, :2]) < 0.01  # and it stays in sync
+
+
 def test_faults_do_not_crash_the_loop(scene: SceneSpec) -> None:
     cam = scene.cameras[0].name
     faults = (

@@ -465,6 +465,9 @@ class EvalOffline:
     """Online: reality-gap profile JSON (None: the default profile)."""
     realtime: bool = False
     """Online: run the surrogate on the wall clock instead of lock-step."""
+    correct_every: int = 1
+    """Online: run the visual correction on every n-th frame, holding its wrench between (2 halves its cost;
+    `RuntimeConfig.correct_every`, docs/decisions.md)."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -515,8 +518,8 @@ class EvalOffline:
             return 3
 
     def _online(self) -> int:
-        from realissim.envs import EnvConfig
         from realissim.eval.online import evaluate_online, write_online_report
+        from realissim.eval.sweep import online_env_config
         from realissim.policy.flow_policy import FlowPolicy
         from realissim.real.surrogate import SurrogateConfig
         from realissim.tasks import start_set
@@ -526,14 +529,15 @@ class EvalOffline:
         policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
         task = make(name.partition("/")[0])
         policy.check_scene(task.scene)
-        config = policy.env_config(EnvConfig(replan_every=self.replan_every))
+        config = policy.env_config(online_env_config(self.correct_every, self.replan_every))
         world = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=(160, 90),
                                 mode="realtime" if self.realtime else "lockstep")  # fmt: skip
         report = evaluate_online(task, policy, starts, self.trials, self.max_seconds, config, world)
         summary = report.summary()
         if self.out is not None:
             about = {"checkpoint": str(self.target), "starts": name, "trials": self.trials,
-                     "gap": str(self.gap) if self.gap else "default", "realtime": self.realtime}  # fmt: skip
+                     "gap": str(self.gap) if self.gap else "default", "realtime": self.realtime,
+                     "correct_every": self.correct_every}  # fmt: skip
             write_online_report(report, self.out, about)
         _print_report(f"Online evaluation of {self.target} on {name}", summary, self.out)
         return 0
@@ -563,7 +567,7 @@ class EvalOffline:
         if self.online:
             online = OnlineSweepSettings(
                 self.online_starts, self.online_limit, self.trials, self.max_seconds,
-                str(self.gap) if self.gap else None, self.realtime, self.steps, self.seed,
+                str(self.gap) if self.gap else None, self.realtime, self.steps, self.seed, self.correct_every,
             )  # fmt: skip
             online_rows, out = sweep_online(self.target, online, None, self.threads)
             _print_sweep(f"Checkpoint sweep of {self.target} on {online.starts} (online)", online_rows,

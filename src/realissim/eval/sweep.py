@@ -205,6 +205,7 @@ class OnlineSweepSettings:
     realtime: bool = False
     steps: int | None = None
     seed: int = 0
+    correct_every: int = 1
 
 
 def _row(step: int, path: Path, summary: dict) -> SweepRow:
@@ -218,6 +219,14 @@ def _row(step: int, path: Path, summary: dict) -> SweepRow:
         progress_success=float(summary["progress_success"]),
         mean_final_coverage=float(summary["mean_final_coverage"]),
     )
+
+
+def online_env_config(correct_every: int = 1, replan_every: float | None = None) -> EnvConfig:
+    """The environment of an online evaluation: the default runtime (correction and follower on), correcting on
+    every `correct_every`-th frame (`RuntimeConfig.correct_every`)."""
+    from realissim.runtime import RuntimeConfig
+
+    return EnvConfig(runtime=RuntimeConfig(correct_every=correct_every), replan_every=replan_every)
 
 
 def sweep_online(
@@ -248,7 +257,7 @@ def sweep_online(
             policy = FlowPolicy.load(path, steps=settings.steps, seed=settings.seed, threads=threads)
             policy.check_scene(task.scene)
             report = evaluate_online(task, policy, starts, settings.trials, settings.max_seconds,
-                                     policy.env_config(EnvConfig()), world)  # fmt: skip
+                                     policy.env_config(online_env_config(settings.correct_every)), world)  # fmt: skip
             write_online_report(report, folder, {"checkpoint": str(path), "step": step, "sweep": key})
             summary = json.loads(done.read_text())
         rows.append(_row(step, path, summary))

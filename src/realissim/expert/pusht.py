@@ -105,6 +105,10 @@ class PushTExpertConfig:
     """Horizon of a full chunk, s."""
     seed: int = 0
     """Seed of the refinement's perturbations."""
+    reseed: bool = False
+    """Draw the refinement's perturbations afresh from `seed` at every decision (the same offsets each time), so
+    the chosen push is a function of what the expert observes — the same state, the same push — instead of
+    also of how many decisions came before it in the episode (a clone then learns one answer per state)."""
     model: PushModelConfig = field(default_factory=PushModelConfig)
 
     def __post_init__(self) -> None:
@@ -323,6 +327,8 @@ class PushTExpert:
     def _perturb(self, xy: np.ndarray, yaw: float, seeds: np.ndarray) -> np.ndarray:
         """Local variations (≤ N·refine_each, 4) of candidates `seeds` (N, 4), feasible ones only."""
         n = self.config.refine_each
+        if self.config.reseed:
+            self._rng = np.random.default_rng(self.config.seed)
         rep = np.repeat(seeds, n, axis=0)
         noise = self._rng.normal(size=rep.shape) * np.array([0.0, 0.12, 12.0, 0.0])
         rep = rep + noise

@@ -47,6 +47,10 @@ class RuntimeConfig:
     physics: PhysicsConfig = field(default_factory=PhysicsConfig)
     """The twin's physics; its frame rate is the loop's."""
     correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+    correct_every: int = 1
+    """Run the visual correction on every n-th frame only and hold its wrench on the frames between (the
+    correction is most of an online frame's cost: 2 halves it). The desync detector's frame counts are divided
+    by n, so its times in seconds stay the same."""
     fit_colors: bool = True
     """Calibration fits the twin's Gaussian colours to the real cameras' images."""
     color_fit: ColorFitConfig = field(default_factory=ColorFitConfig)
@@ -77,6 +81,8 @@ class RuntimeConfig:
     bring the twin back in sync)."""
 
     def __post_init__(self) -> None:
+        if self.correct_every < 1:
+            raise ValueError(f"correct_every: must be ≥ 1, got {self.correct_every}")
         if self.retry_frames < 1 or self.recheck_frames < 1:
             raise ValueError(f"retry_frames, recheck_frames: must be ≥ 1, got {self.retry_frames}, "
                              f"{self.recheck_frames}")  # fmt: skip
@@ -145,7 +151,11 @@ class Runtime:
         self.follower = None
         if config.follow and world is not None:
             self.follower = Follower(world.robot.description, replace(config.follower, dt=self.twin.dt))
-        self.detector = DesyncDetector(config.desync) if self.correction is not None else None
+        self.detector = (
+            DesyncDetector(per_corrected_frame(config.desync, config.correct_every))
+            if self.correction is not None
+            else None
+        )
         self.sighting: Sighting | None = None
         self.search: ObjectSearch | None = None
         if self.correction is not None:
@@ -156,6 +166,7 @@ class Runtime:
         """This episode's re-acquisition attempts, in order."""
         self._stalled = False
         self._held_target: np.ndarray | None = None
+        self._held_wrench: np.ndarray | None = None
         self._frame = 0
         self._next_search = 0
 
@@ -178,7 +189,7 @@ class Runtime:
             self.detector.restart()
         if self.correction is not None:
             self.correction.reset()
-        self._held_target = None
+        self._held_target = self._held_wrench = None
         self._stalled = False
         self._frame = self._next_search = 0
         self.reacquisitions = []
@@ -209,17 +220,19 @@ class Runtime:
 
     def frame(self, q_target: ArrayLike, correct: bool = True) -> FrameReport:
         """One frame with the policy's desired joints q_target (7,) rad; `correct=False` skips the visual
-        correction this frame (a real-time loop catching up with the wall clock). While the desync detector
-        says the twin is out of sync, the follower holds the real arm and the twin arm holds too (its targets
-        stay those of the frame the detector fired; q_target is ignored until it re-arms), so the policy's
-        motion cannot push the twin's objects where the real ones are not."""
+        correction this frame (a real-time loop catching up with the wall clock), as do the frames between two
+        corrections with `correct_every` > 1: those frames apply the last correction's wrench again. While the
+        desync detector says the twin is out of sync, the follower holds the real arm and the twin arm holds too
+        (its targets stay those of the frame the detector fired; q_target is ignored until it re-arms), so the
+        policy's motion cannot push the twin's objects where the real ones are not."""
         timing: dict[str, float] = {}
         clock = time.perf_counter
         t0 = clock()
         q_real, images = None, None
         if self.world is not None:
             q_real = self.world.robot.read().q
-            if self.correction is not None and correct:
+            due = (self._frame % self.config.correct_every) == 0
+            if self.correction is not None and correct and due:
                 images = self._read_cameras()
         timing["sense"] = clock() - t0
         self._frame += 1
@@ -228,6 +241,7 @@ class Runtime:
             t0 = clock()
             result = self.correction.correct(self.twin, q_real, torch.from_numpy(images))
             self.twin.apply_wrenches(result.wrenches)
+            self._held_wrench = np.asarray(result.wrenches, dtype=np.float64).copy()
             timing["correct"] = clock() - t0
             timing.update({f"correct.{key}": value for key, value in result.stages.items()})
             t0 = clock()
@@ -241,6 +255,8 @@ class Runtime:
                 t0 = clock()
                 attempts = self._reacquire(q_real, images)
                 timing["reacquire"] = clock() - t0
+        elif self._held_wrench is not None and not self._stalled:
+            self.twin.apply_wrenches(self._held_wrench)  # between corrections: the last one's pull
         t0 = clock()
         if self.desynced:  # hold the twin arm with the real one, so the two stay consistent until re-armed
             if self._held_target is None:  # where the real arm was when the detector fired (the twin's is ahead
@@ -292,6 +308,7 @@ class Runtime:
             self.detector.confirm()
         if any(a.placed for a in attempts):
             self.correction.reset()
+            self._held_wrench = None
             log.info("re-acquired at frame %d: %s", self._frame,
                      ", ".join(f"object {a.object} → ({a.search.pos[0]:.3f}, {a.search.pos[1]:.3f}) m, "
                                f"{np.degrees(a.search.yaw):.0f}°" for a in attempts if a.placed))  # fmt: skip
@@ -320,6 +337,15 @@ class Runtime:
     def desynced(self) -> bool:
         """Whether the desync detector currently says the twin is out of sync with reality."""
         return self.detector is not None and self.detector.desynced
+
+
+def per_corrected_frame(config: DesyncConfig, every: int) -> DesyncConfig:
+    """`config` with its frame counts (warm-up, consecutive frames, baseline window) divided by `every` (rounded
+    up, at least 1): the detector is fed on corrected frames only, one in `every`."""
+    if every == 1:
+        return config
+    names = ("warmup", "frames", "baseline_window", "sight_frames", "overlap_frames")
+    return replace(config, **{n: max(1, -(-getattr(config, n) // every)) for n in names})
 
 
 def _evidence(sightings: tuple[ObjectSighting, ...]) -> tuple[float, float]:
