@@ -147,7 +147,9 @@ class Runtime:
             cam = world.cameras[0]
             cams = [c.resized(cam.width, cam.height) for c in scene.cameras]
             views = TwinViews(scene, self.twin.model, cameras=cams)
-            self.correction = VisualCorrection(views, self.twin.model, config.correction, frame_dt=self.twin.dt)
+            # A wrench acts for `correct_every` frames: the integral's and the damping's time step.
+            frame_dt = self.twin.dt * config.correct_every
+            self.correction = VisualCorrection(views, self.twin.model, config.correction, frame_dt=frame_dt)
         self.follower = None
         if config.follow and world is not None:
             self.follower = Follower(world.robot.description, replace(config.follower, dt=self.twin.dt))
