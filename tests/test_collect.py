@@ -48,3 +48,15 @@ def test_collect_refuses_a_gap_offline_and_a_bad_dataset(tmp_path: Path, capsys)
     not_a_dataset.write_text("hello")
     assert main(["data", "info", str(not_a_dataset)]) == 3
     assert "dataset error" in capsys.readouterr().err
+
+
+def test_collect_passes_its_expert_settings_to_the_expert() -> None:
+    from realissim.collect import make_expert
+    from realissim.expert.pusht import PushTExpertConfig
+    from realissim.tasks import make
+
+    task = make("pusht")
+    default = make_expert(task, CollectConfig())
+    assert default.config == PushTExpertConfig()  # type: ignore[attr-defined]
+    older = make_expert(task, CollectConfig(expert_travel_cost=0.02, expert_reseed=False))
+    assert older.config.travel_cost == 0.02 and older.config.reseed is False  # type: ignore[attr-defined]

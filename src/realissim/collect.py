@@ -14,7 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -54,10 +54,16 @@ class CollectConfig:
     disturb_every: float = 0.0
     """Disturbed demonstrations (offline expert only): mean simulated time between moves of the object while the
     expert works, s (0: none); see `expert.disturb`."""
-    disturb_xy: float = 0.04
+    disturb_xy: float = 0.10
     """Disturbed demonstrations: standard deviation of a move's planar shift, m per axis."""
-    disturb_yaw: float = 0.6
+    disturb_yaw: float = 1.0
     """Disturbed demonstrations: standard deviation of a move's yaw change, rad."""
+    expert_travel_cost: float | None = None
+    """PushT expert: cost per metre of travel to a push's approach point, m/m (None: `PushTExpertConfig`'s,
+    0.06; the `pusht60c` data of docs/results.md used 0.02)."""
+    expert_reseed: bool | None = None
+    """PushT expert: the same refinement draws at every decision, so the same state gets the same push (None:
+    `PushTExpertConfig`'s, on; the `pusht60c` data used off)."""
     disturb_max: int = 3
     """Disturbed demonstrations: moves per episode at most."""
     progress: bool = True
@@ -85,12 +91,17 @@ class CollectConfig:
                              max_count=self.disturb_max)  # fmt: skip
 
 
-def make_expert(task: Task) -> Policy:
-    """The expert policy of `task`."""
+def make_expert(task: Task, config: CollectConfig | None = None) -> Policy:
+    """The expert policy of `task`, with the expert settings of `config` (None: the expert's defaults)."""
     if task.name == "pusht":
-        from realissim.expert.pusht import PushTExpert
+        from realissim.expert.pusht import PushTExpert, PushTExpertConfig
 
-        return PushTExpert(task.scene)
+        expert = PushTExpertConfig()
+        if config is not None and config.expert_travel_cost is not None:
+            expert = replace(expert, travel_cost=config.expert_travel_cost)
+        if config is not None and config.expert_reseed is not None:
+            expert = replace(expert, reseed=config.expert_reseed)
+        return PushTExpert(task.scene, expert)
     raise ValueError(f"no expert for task {task.name!r}")
 
 
@@ -154,7 +165,7 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
     if config.policy == "teleop":
         raise ValueError("collect: teleoperated episodes are recorded from the browser, see `realissim teleop`")
     task = make(config.task)
-    policy = make_expert(task) if policy is None else policy
+    policy = make_expert(task, config) if policy is None else policy
     report = CollectReport()
     wall0 = time.perf_counter()
     with open_world(task, config) as world:

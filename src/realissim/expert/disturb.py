@@ -41,10 +41,11 @@ class DisturbConfig:
 
     every: float = 0.0
     """Mean simulated time between disturbances, s (exponentially distributed); 0: none."""
-    xy: float = 0.04
-    """Standard deviation of the object's planar shift, m (per axis)."""
-    yaw: float = 0.6
-    """Standard deviation of its yaw change, rad."""
+    xy: float = 0.10
+    """Standard deviation of the object's planar shift, m (per axis): far enough that the demonstrations show the
+    tip travelling back to a T it is no longer beside (0.04 until stop 21: docs/decisions.md)."""
+    yaw: float = 1.0
+    """Standard deviation of its yaw change, rad (0.6 until stop 21)."""
     max_count: int = 3
     """Disturbances per episode at most."""
     not_before: float = 1.0

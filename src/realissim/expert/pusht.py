@@ -71,10 +71,10 @@ class PushTExpertConfig:
     travel_speed: float = 0.2
     """Tip speed between pushes, m/s (in the table plane a fast pass close by the T is what a slightly
     imprecise clone turns into a blow that launches it)."""
-    travel_cost: float = 0.02
+    travel_cost: float = 0.06
     """Added to a candidate's keypoint cost per metre of travel from the tip to its approach point (m/m): of
     nearly equal pushes the nearer one wins, so consecutive pushes are neighbours and the demonstrations are
-    more continuous (easier to clone)."""
+    more continuous (easier to clone). 0.02 until stop 21 (the `pusht60c` data of docs/results.md)."""
     push_speed: float = 0.08
     """Tip speed while pushing, m/s."""
     accel: float = 2.5
@@ -105,10 +105,11 @@ class PushTExpertConfig:
     """Horizon of a full chunk, s."""
     seed: int = 0
     """Seed of the refinement's perturbations."""
-    reseed: bool = False
+    reseed: bool = True
     """Draw the refinement's perturbations afresh from `seed` at every decision (the same offsets each time), so
     the chosen push is a function of what the expert observes — the same state, the same push — instead of
-    also of how many decisions came before it in the episode (a clone then learns one answer per state)."""
+    also of how many decisions came before it in the episode (a clone then learns one answer per state). Off
+    until stop 21 (the `pusht60c` data of docs/results.md)."""
     model: PushModelConfig = field(default_factory=PushModelConfig)
 
     def __post_init__(self) -> None:
