@@ -60,10 +60,10 @@ class CollectConfig:
     """Disturbed demonstrations: standard deviation of a move's yaw change, rad."""
     expert_travel_cost: float | None = None
     """PushT expert: cost per metre of travel to a push's approach point, m/m (None: `PushTExpertConfig`'s,
-    0.06; the `pusht60c` data of docs/results.md used 0.02)."""
+    0.02; the 68 % state policy's data of docs/results.md used 0.06)."""
     expert_reseed: bool | None = None
     """PushT expert: the same refinement draws at every decision, so the same state gets the same push (None:
-    `PushTExpertConfig`'s, on; the `pusht60c` data used off)."""
+    `PushTExpertConfig`'s, off; the 68 % state policy's data used True)."""
     disturb_max: int = 3
     """Disturbed demonstrations: moves per episode at most."""
     progress: bool = True
