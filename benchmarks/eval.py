@@ -20,8 +20,7 @@ import tyro
 
 from realissim.envs import EnvConfig
 from realissim.eval.offline import evaluate_offline
-from realissim.eval.online import evaluate_online
-from realissim.eval.sweep import online_env_config
+from realissim.eval.online import evaluate_online, online_env_config
 from realissim.policy.flow_policy import FlowPolicy
 from realissim.real.surrogate import SurrogateConfig
 from realissim.tasks import make, start_set

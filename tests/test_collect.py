@@ -58,5 +58,5 @@ def test_collect_passes_its_expert_settings_to_the_expert() -> None:
     task = make("pusht")
     default = make_expert(task, CollectConfig())
     assert default.config == PushTExpertConfig()  # type: ignore[attr-defined]
-    older = make_expert(task, CollectConfig(expert_travel_cost=0.02, expert_reseed=False))
-    assert older.config.travel_cost == 0.02 and older.config.reseed is False  # type: ignore[attr-defined]
+    recipe = make_expert(task, CollectConfig(expert_travel_cost=0.06, expert_reseed=True))  # not the defaults
+    assert recipe.config.travel_cost == 0.06 and recipe.config.reseed is True  # type: ignore[attr-defined]

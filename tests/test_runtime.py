@@ -82,9 +82,8 @@ def test_online_lockstep_frames_couple_twin_and_world(scene: SceneSpec) -> None:
 
 def test_correcting_every_other_frame_holds_the_wrench_between(scene: SceneSpec) -> None:
     from realissim.runtime.desync import DesyncConfig
-    from realissim.runtime.loop import per_corrected_frame
 
-    halved = per_corrected_frame(DesyncConfig(frames=20, sight_frames=5, warmup=60), 2)
+    halved = DesyncConfig(frames=20, sight_frames=5, warmup=60).per_corrected_frame(2)
     assert (halved.frames, halved.sight_frames, halved.warmup) == (10, 3, 30)  # same seconds at half the rate
     with pytest.raises(ValueError, match="correct_every"):
         RuntimeConfig(correct_every=0)

@@ -466,8 +466,8 @@ class EvalOffline:
     realtime: bool = False
     """Online: run the surrogate on the wall clock instead of lock-step."""
     correct_every: int = 1
-    """Online: run the visual correction on every n-th frame, holding its wrench between (2 halves its cost;
-    `RuntimeConfig.correct_every`, docs/decisions.md)."""
+    """Online: run the visual correction on every n-th frame, holding its wrench between
+    (`RuntimeConfig.correct_every`: 2 ran ~1.8× faster and doubled the median sync error, docs/decisions.md)."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -518,8 +518,7 @@ class EvalOffline:
             return 3
 
     def _online(self) -> int:
-        from realissim.eval.online import evaluate_online, write_online_report
-        from realissim.eval.sweep import online_env_config
+        from realissim.eval.online import evaluate_online, online_env_config, write_online_report
         from realissim.policy.flow_policy import FlowPolicy
         from realissim.real.surrogate import SurrogateConfig
         from realissim.tasks import start_set

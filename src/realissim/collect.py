@@ -96,12 +96,9 @@ def make_expert(task: Task, config: CollectConfig | None = None) -> Policy:
     if task.name == "pusht":
         from realissim.expert.pusht import PushTExpert, PushTExpertConfig
 
-        expert = PushTExpertConfig()
-        if config is not None and config.expert_travel_cost is not None:
-            expert = replace(expert, travel_cost=config.expert_travel_cost)
-        if config is not None and config.expert_reseed is not None:
-            expert = replace(expert, reseed=config.expert_reseed)
-        return PushTExpert(task.scene, expert)
+        given = {} if config is None else {"travel_cost": config.expert_travel_cost, "reseed": config.expert_reseed}
+        overrides = {name: value for name, value in given.items() if value is not None}
+        return PushTExpert(task.scene, replace(PushTExpertConfig(), **overrides))
     raise ValueError(f"no expert for task {task.name!r}")
 
 

@@ -29,6 +29,7 @@ from realissim.eval.episode import EpisodeObserver, EpisodeResult, run_episode
 from realissim.eval.stats import agreement, wilson
 from realissim.policy.base import Policy
 from realissim.real.surrogate import Surrogate, SurrogateConfig, SurrogateError
+from realissim.runtime import RuntimeConfig
 from realissim.spec.state import StartState
 from realissim.tasks import Task
 
@@ -122,6 +123,12 @@ class OnlineReport:
 
 
 WorldFactory = Callable[[], Surrogate]
+
+
+def online_env_config(correct_every: int = 1, replan_every: float | None = None) -> EnvConfig:
+    """The environment of an online evaluation: the default runtime (correction and follower on), correcting on
+    every `correct_every`-th frame (`RuntimeConfig.correct_every`)."""
+    return EnvConfig(runtime=RuntimeConfig(correct_every=correct_every), replan_every=replan_every)
 
 
 def evaluate_online(

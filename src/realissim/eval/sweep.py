@@ -221,21 +221,13 @@ def _row(step: int, path: Path, summary: dict) -> SweepRow:
     )
 
 
-def online_env_config(correct_every: int = 1, replan_every: float | None = None) -> EnvConfig:
-    """The environment of an online evaluation: the default runtime (correction and follower on), correcting on
-    every `correct_every`-th frame (`RuntimeConfig.correct_every`)."""
-    from realissim.runtime import RuntimeConfig
-
-    return EnvConfig(runtime=RuntimeConfig(correct_every=correct_every), replan_every=replan_every)
-
-
 def sweep_online(
     run: Path, settings: OnlineSweepSettings = OnlineSweepSettings(), out: Path | None = None, threads: int = 1
 ) -> tuple[list[SweepRow], Path]:
     """Evaluate every checkpoint of `run` online (`eval.online.evaluate_online`: the surrogate, correction and
     follower on, success on its oracle), one report folder per checkpoint under `out` (default
     `run/sweep/online_<start set>`), resumable like `sweep_offline`; rows by step and the folder."""
-    from realissim.eval.online import evaluate_online, write_online_report
+    from realissim.eval.online import evaluate_online, online_env_config, write_online_report
     from realissim.policy.flow_policy import FlowPolicy
     from realissim.real.surrogate import SurrogateConfig
     from realissim.tasks import make, start_set

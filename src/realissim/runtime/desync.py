@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -46,6 +46,17 @@ class DesyncConfig:
     this (0: not used) ..."""
     overlap_frames: int = 12
     """... for this many consecutive frames: fire."""
+
+    def per_corrected_frame(self, every: int) -> DesyncConfig:
+        """This config with its frame counts divided by `every` (rounded up, at least 1), for a detector fed on
+        one frame in `every` (`RuntimeConfig.correct_every`): the same times in seconds."""
+        if every == 1:
+            return self
+        return replace(self, **{n: max(1, -(-getattr(self, n) // every)) for n in _FRAME_COUNTS})
+
+
+_FRAME_COUNTS = ("warmup", "frames", "baseline_window", "sight_frames", "overlap_frames")
+"""The fields of `DesyncConfig` counted in frames."""
 
 
 class DesyncDetector:

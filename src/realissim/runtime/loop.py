@@ -155,7 +155,7 @@ class Runtime:
         if config.follow and world is not None:
             self.follower = Follower(world.robot.description, replace(config.follower, dt=self.twin.dt))
         self.detector = (
-            DesyncDetector(per_corrected_frame(config.desync, config.correct_every))
+            DesyncDetector(config.desync.per_corrected_frame(config.correct_every))
             if self.correction is not None
             else None
         )
@@ -340,15 +340,6 @@ class Runtime:
     def desynced(self) -> bool:
         """Whether the desync detector currently says the twin is out of sync with reality."""
         return self.detector is not None and self.detector.desynced
-
-
-def per_corrected_frame(config: DesyncConfig, every: int) -> DesyncConfig:
-    """`config` with its frame counts (warm-up, consecutive frames, baseline window) divided by `every` (rounded
-    up, at least 1): the detector is fed on corrected frames only, one in `every`."""
-    if every == 1:
-        return config
-    names = ("warmup", "frames", "baseline_window", "sight_frames", "overlap_frames")
-    return replace(config, **{n: max(1, -(-getattr(config, n) // every)) for n in names})
 
 
 def _evidence(sightings: tuple[ObjectSighting, ...]) -> tuple[float, float]:
