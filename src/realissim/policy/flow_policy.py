@@ -72,26 +72,41 @@ class TipSpeedLimit:
     def limit(self, q: np.ndarray, start: np.ndarray, max_step: float) -> np.ndarray:
         """Waypoints (B, m, J) rad whose tips move at most `max_step` m from one waypoint to the next (the first
         from the tip at `start` (B, J)): a longer step's joint change is scaled down (and the rest of the chunk
-        follows from there), so the path is kept and only its pace is slowed."""
+        follows from there), so the path is kept and only its pace is slowed.
+
+        All tips are computed in one call first; only the chunks with a fast step are walked waypoint by
+        waypoint, from their batch's first fast step (a chunk within the limit, the usual case, costs one
+        forward-kinematics call for the whole batch)."""
+        q = np.asarray(q, dtype=np.float64)
+        start = np.asarray(start, dtype=np.float64)
+        b, m, j = q.shape
+        start_tip = self.chain.forward(start)[0]
+        tips = self.chain.forward(q.reshape(b * m, j))[0].reshape(b, m, 3)
+        before = np.concatenate([start_tip[:, None], tips[:, :-1]], axis=1)
+        fast = np.linalg.norm(tips - before, axis=-1) > max_step  # (B, m)
         out = q.copy()
-        prev_q = np.asarray(start, dtype=np.float64)
-        prev_tip = self.chain.forward(prev_q)[0]
-        for i in range(q.shape[1]):
-            target = q[:, i]
-            tip = self.chain.forward(target)[0]
+        rows = np.flatnonzero(fast.any(axis=1))
+        if len(rows) == 0:
+            return out
+        first = int(fast[rows].argmax(axis=1).min())
+        prev_q = start[rows] if first == 0 else q[rows, first - 1]
+        prev_tip = start_tip[rows] if first == 0 else tips[rows, first - 1]
+        for i in range(first, m):
+            target = q[rows, i]
+            tip = tips[rows, i]
             d = np.linalg.norm(tip - prev_tip, axis=-1)
-            fast = d > max_step
-            if np.any(fast):
+            slow = d > max_step
+            if np.any(slow):
                 target, tip = target.copy(), tip.copy()
-                delta, scale = target[fast] - prev_q[fast], max_step / d[fast]
+                delta, scale = target[slow] - prev_q[slow], max_step / d[slow]
                 for _ in range(3):  # the tip is not linear in q: rescale until the step is within the limit
-                    target[fast] = prev_q[fast] + delta * scale[:, None]
-                    tip[fast] = self.chain.forward(target[fast])[0]
-                    moved = np.linalg.norm(tip[fast] - prev_tip[fast], axis=-1)
+                    target[slow] = prev_q[slow] + delta * scale[:, None]
+                    tip[slow] = self.chain.forward(target[slow])[0]
+                    moved = np.linalg.norm(tip[slow] - prev_tip[slow], axis=-1)
                     if np.all(moved <= max_step):
                         break
                     scale = scale * np.minimum(1.0, max_step / np.maximum(moved, 1e-12)) * 0.999
-            out[:, i] = target
+            out[rows, i] = target
             prev_q, prev_tip = target, tip
         return out
 
