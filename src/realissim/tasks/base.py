@@ -49,7 +49,7 @@ class TaskMetrics:
 
     def as_dict(self) -> dict[str, float | bool]:
         """The metrics as plain JSON types, keyed by field name."""
-        return dataclasses.asdict(self)
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True)
