@@ -43,6 +43,8 @@ class Args:
     max_seconds: float = 60.0
     correct_every: int = 1
     """Online: correct every n-th frame (`RuntimeConfig.correct_every`)."""
+    threads: int = 1
+    """Torch threads of the offline policies (`realissim eval offline --threads`)."""
     json: Path | None = None
     """Write the results here as JSON."""
 
@@ -60,7 +62,7 @@ def main() -> None:
     for kind, path in (("state", args.state), ("wrist", args.wrist)):
         if path is None:
             continue
-        policy = FlowPolicy.load(path, obs=kind, scene=task.scene)
+        policy = FlowPolicy.load(path, obs=kind, scene=task.scene, threads=args.threads)
         starts = start_set("pusht/eval-v1")[: args.offline]
         report = evaluate_offline(task, policy, starts, args.envs, args.max_seconds, policy.env_config(EnvConfig()))
         s = report.summary()
