@@ -60,10 +60,11 @@ class CollectConfig:
     """Disturbed demonstrations: standard deviation of a move's yaw change, rad."""
     expert_travel_cost: float | None = None
     """PushT expert: cost per metre of travel to a push's approach point, m/m (None: `PushTExpertConfig`'s,
-    0.02; the 68 % state policy's data of docs/results.md used 0.06)."""
+    0.02). With 0.06 and `expert_reseed` the clone scored 68 % against 66 % for the default expert on the same
+    disturbed starts — level (docs/results.md)."""
     expert_reseed: bool | None = None
     """PushT expert: the same refinement draws at every decision, so the same state gets the same push (None:
-    `PushTExpertConfig`'s, off; the 68 % state policy's data used True)."""
+    `PushTExpertConfig`'s, off; measured with `expert_travel_cost`, no gain)."""
     disturb_max: int = 3
     """Disturbed demonstrations: moves per episode at most."""
     progress: bool = True

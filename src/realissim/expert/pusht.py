@@ -74,9 +74,9 @@ class PushTExpertConfig:
     travel_cost: float = 0.02
     """Added to a candidate's keypoint cost per metre of travel from the tip to its approach point (m/m): of
     nearly equal pushes the nearer one wins, so consecutive pushes are neighbours and the demonstrations are
-    more continuous (easier to clone). The 68 % state policy's data used 0.06 (docs/results.md), but with 0.06
-    and `reseed` the expert failed a start of `pusht/eval-v1` (77: coverage 0.938 at 60 s) that the default
-    solves, so the default stays."""
+    more continuous (easier to clone). 0.06 with `reseed` gave a clone no better than the default (68 % against
+    66 % on the same disturbed starts, docs/results.md) and failed a start of `pusht/eval-v1` (77: coverage
+    0.938 at 60 s) that the default solves, so the default stays."""
     push_speed: float = 0.08
     """Tip speed while pushing, m/s."""
     accel: float = 2.5
@@ -110,8 +110,8 @@ class PushTExpertConfig:
     reseed: bool = False
     """Draw the refinement's perturbations afresh from `seed` at every decision (the same offsets each time), so
     the chosen push is a function of what the expert observes — the same state, the same push — instead of
-    also of how many decisions came before it in the episode (a clone then learns one answer per state). On in
-    the 68 % state policy's data (docs/results.md; see `travel_cost` for why it is not the default)."""
+    also of how many decisions came before it in the episode (a clone then learns one answer per state).
+    Measured with `travel_cost` 0.06: no gain for the clone (see `travel_cost`)."""
     model: PushModelConfig = field(default_factory=PushModelConfig)
 
     def __post_init__(self) -> None:

@@ -92,17 +92,15 @@ class TipSpeedLimit:
         prev_q = start[rows] if first == 0 else q[rows, first - 1]
         prev_tip = start_tip[rows] if first == 0 else tips[rows, first - 1]
         for i in range(first, m):
-            target = q[rows, i]
-            tip = tips[rows, i]
+            target, tip = q[rows, i], tips[rows, i]  # copies (fancy indexing): safe to rescale in place
             d = np.linalg.norm(tip - prev_tip, axis=-1)
-            slow = d > max_step
-            if np.any(slow):
-                target, tip = target.copy(), tip.copy()
-                delta, scale = target[slow] - prev_q[slow], max_step / d[slow]
+            over = d > max_step
+            if np.any(over):
+                delta, scale = target[over] - prev_q[over], max_step / d[over]
                 for _ in range(3):  # the tip is not linear in q: rescale until the step is within the limit
-                    target[slow] = prev_q[slow] + delta * scale[:, None]
-                    tip[slow] = self.chain.forward(target[slow])[0]
-                    moved = np.linalg.norm(tip[slow] - prev_tip[slow], axis=-1)
+                    target[over] = prev_q[over] + delta * scale[:, None]
+                    tip[over] = self.chain.forward(target[over])[0]
+                    moved = np.linalg.norm(tip[over] - prev_tip[over], axis=-1)
                     if np.all(moved <= max_step):
                         break
                     scale = scale * np.minimum(1.0, max_step / np.maximum(moved, 1e-12)) * 0.999
