@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from realissim.data.recorder import EpisodeRecorder, meta_for_env
 from realissim.data.schema import DatasetError
@@ -140,3 +141,31 @@ def test_max_episodes_trains_on_the_first_successful_episodes_only(image_data: P
     assert meta["dataset"]["train_episodes"] == [0] and meta["dataset"]["train_frames"] == 30
     with pytest.raises(ValueError, match="max_episodes"):
         TrainConfig(max_episodes=0)
+
+
+def test_the_auxiliary_pose_loss_trains_a_head_that_reads_the_object_pose_from_the_features(
+    task: Task, image_data: Path, tmp_path: Path
+) -> None:
+    from realissim.policy.dataset import build_samples
+    from realissim.policy.train import validation_loss
+
+    base = image_config("static")
+    config = dataclasses.replace(
+        base, model=dataclasses.replace(base.model, aux_object=1.0), steps=150, lr=3e-3, warmup_steps=10,
+        checkpoint_every=150, val_samples=256,
+    )  # fmt: skip
+    result = train(config, image_data, tmp_path / "run")
+    dataset = Dataset(image_data)
+    samples = build_samples(dataset, result.model.encoder, dataset.episodes, 1.0, 32)
+    assert samples.inputs["object"].shape == (len(samples), 4)
+    # The two episodes start the T at different poses: predicting their mean scores ~1 in normalised units².
+    truth = result.model.aux_norm.normalize(torch.from_numpy(samples.inputs["object"]))
+    baseline = float(torch.mean((truth - truth.mean(0)) ** 2))
+    learned = validation_loss(result.model, samples, config, "object")
+    assert baseline > 0.3 and learned < 0.2 * baseline
+    # Acting needs no pose: the head is training-only.
+    policy = FlowPolicy.load(result.checkpoint, scene=task.scene)
+    chunk = policy.act(BatchEnv(task, 2, policy.env_config()).reset(seed=0))
+    assert np.all(np.isfinite(chunk.q_des))
+    with pytest.raises(ValueError, match="only for image representations"):
+        ModelConfig(obs="state", aux_object=1.0)

@@ -360,6 +360,9 @@ class Train:
     """Image representations: the camera (None: "wrist" for wrist, the scene's first camera otherwise)."""
     image_size: tuple[int, int] = (96, 96)
     """Image representations: image width and height, px."""
+    aux_object: float = 0.0
+    """Image representations, training only: weight of an auxiliary loss teaching the image encoder the
+    object's pose (from the recorded twin state; unused when acting). 0: off."""
     checkpoint_every: int = 2000
     """Steps between checkpoints."""
     max_episodes: int | None = None
@@ -386,6 +389,7 @@ class Train:
                 input_noise=self.input_noise,
                 camera=self.camera,
                 image_size=self.image_size,
+                aux_object=self.aux_object,
             ),
             steps=self.steps,
             batch_size=self.batch_size,

@@ -66,7 +66,18 @@ class ModelConfig:
     (10k steps, 20 starts of pusht/eval-v1): the same held-out chunk error and success within noise
     (docs/decisions.md, "Flow policy")."""
 
+    aux_object: float = 0.0
+    """Image representations, training only: weight of an auxiliary loss — a head (MLP) on the encoder's
+    features predicts the objects' normalised planar pose (x, y, sin yaw, cos yaw, from the recorded twin
+    state) and its mean squared error is added to the flow loss, so the image encoder is taught where the
+    object is directly rather than only through the actions. The head is not used when acting: a deployed
+    image policy still sees only its images and q. 0: off."""
+
     def __post_init__(self) -> None:
+        if self.aux_object < 0:
+            raise ValueError(f"aux_object: must be ≥ 0, got {self.aux_object}")
+        if self.aux_object > 0 and self.obs == "state":
+            raise ValueError("aux_object: only for image representations (the state policy reads the pose itself)")
         if self.waypoints < 1:
             raise ValueError(f"waypoints: must be ≥ 1, got {self.waypoints}")
         if self.waypoints % 2 ** (len(self.network.channels) - 1):
@@ -84,6 +95,13 @@ class FlowPolicyModel(nn.Module):
         self.obs_norm = nn.ModuleDict({k: Normalizer(d, config.obs_norm) for k, d in encoder.input_dims().items()})
         self.action_norm = Normalizer(action_dim, config.action_norm)
         self.velocity = ConditionalUNet1D(action_dim, encoder.feature_dim, config.network)
+        self.aux_head: nn.Module | None = None
+        if config.aux_object > 0:
+            if "object" not in encoder.targets:
+                raise ValueError(f"aux_object: the {config.obs!r} encoder provides no object-pose targets")
+            width = 4 * int(encoder.objects)
+            self.aux_norm = Normalizer(width, config.obs_norm)
+            self.aux_head = nn.Sequential(nn.Linear(encoder.feature_dim, 256), nn.Mish(), nn.Linear(256, width))
 
     def to_generated(self, actions: Tensor, reference: Tensor) -> Tensor:
         """Chunks (B, m, A) in data units → what the network generates (relative: joints minus `reference`
@@ -106,6 +124,8 @@ class FlowPolicyModel(nn.Module):
         """Fit the normalisers to training inputs (N, d), chunks (N, m, A) and reference q′ (N, J)."""
         for name, norm in self.obs_norm.items():
             norm.fit(inputs[name])  # type: ignore[operator]
+        if self.aux_head is not None:
+            self.aux_norm.fit(inputs["object"])
         self.action_norm.fit(self.to_generated(actions, reference))
 
     def condition(
@@ -119,6 +139,26 @@ class FlowPolicyModel(nn.Module):
                 normed[k] = normed[k] + noise * torch.randn(normed[k].shape, generator=generator, dtype=normed[k].dtype)
         return self.encoder(normed)
 
+    def loss_terms(
+        self,
+        inputs: Mapping[str, Tensor],
+        actions: Tensor,
+        reference: Tensor,
+        generator: torch.Generator | None = None,
+    ) -> dict[str, Tensor]:
+        """The scalar loss terms of chunks (B, m, A) in data units given raw inputs (B, ...) and the reference
+        q′ (B, J) the twin held when each chunk was asked for: "flow" (flow matching) and, with `aux_object`,
+        "object" (mean squared error of the predicted normalised object pose; needs inputs["object"])."""
+        target = self.action_norm.normalize(self.to_generated(actions, reference))
+        cond = self.condition(inputs, self.config.input_noise if self.training else 0.0, generator)
+        terms = {"flow": flow_loss(self.velocity, target, cond, self.config.flow, generator)}
+        if self.aux_head is not None:
+            if "object" not in inputs:
+                raise ValueError("aux_object: the batch has no 'object' targets (they come from the dataset)")
+            truth = self.aux_norm.normalize(inputs["object"].float())  # type: ignore[operator]
+            terms["object"] = torch.mean((self.aux_head(cond) - truth) ** 2)
+        return terms
+
     def loss(
         self,
         inputs: Mapping[str, Tensor],
@@ -126,11 +166,13 @@ class FlowPolicyModel(nn.Module):
         reference: Tensor,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """Flow-matching loss (scalar) of chunks (B, m, A) in data units given raw inputs (B, ...) and the
-        reference q′ (B, J) the twin held when each chunk was asked for."""
-        target = self.action_norm.normalize(self.to_generated(actions, reference))
-        cond = self.condition(inputs, self.config.input_noise if self.training else 0.0, generator)
-        return flow_loss(self.velocity, target, cond, self.config.flow, generator)
+        """The training loss (scalar): the flow-matching loss plus `aux_object` × the object-pose loss (see
+        `loss_terms`)."""
+        terms = self.loss_terms(inputs, actions, reference, generator)
+        total = terms["flow"]
+        if "object" in terms:
+            total = total + self.config.aux_object * terms["object"]
+        return total
 
     def sample(
         self,

@@ -48,6 +48,9 @@ class ObservationEncoder(nn.Module, abc.ABC):
     """Input names of low-dimensional float vectors (B, d): the policy normalises these before `forward`."""
     scene_parts: ClassVar[tuple[str, ...]] = ("robot", "objects", "goals")
     """Top-level fields of the scene a trained policy depends on (an image encoder adds "cameras")."""
+    targets: ClassVar[tuple[str, ...]] = ()
+    """Training-only entries of `dataset_inputs` (not inputs of `forward`, absent from `observation_inputs`):
+    an image encoder adds "object", the objects' planar pose (B, 4K) for the auxiliary pose loss."""
     cameras: tuple[str, ...] = ()
     """Virtual cameras the environment must render into each observation (scene camera names, "wrist")."""
     image_size: tuple[int, int] = (96, 96)
@@ -186,13 +189,20 @@ class ImageEncoder(ObservationEncoder):
 
     low_dim: ClassVar[tuple[str, ...]] = ("q",)
     scene_parts: ClassVar[tuple[str, ...]] = ("robot", "objects", "goals", "cameras")
+    targets: ClassVar[tuple[str, ...]] = ("object",)
 
     def __init__(
-        self, kind: ObsKind, camera: str, size: tuple[int, int], joints: int, config: VisionConfig = VisionConfig()
+        self,
+        kind: ObsKind,
+        camera: str,
+        size: tuple[int, int],
+        joints: int,
+        config: VisionConfig = VisionConfig(),
+        objects: int = 1,
     ) -> None:
         super().__init__()
         self.kind = kind  # type: ignore[misc]
-        self.camera, self.joints = camera, joints
+        self.camera, self.joints, self.objects = camera, joints, objects
         self.image_size = (int(size[0]), int(size[1]))
         self.cameras = (camera,) if kind != "real" else ()
         self.trunk = ImageTrunk(config)
@@ -206,8 +216,14 @@ class ImageEncoder(ObservationEncoder):
         return {"q": self.joints}
 
     def dataset_inputs(self, dataset: Dataset, episodes: Sequence[EpisodeInfo]) -> dict[str, np.ndarray]:
+        """The images, q, and (training-only, `targets`) "object": each object's x, y, sin yaw, cos yaw
+        (N, 4K) from the recorded twin state — never an input of the encoder."""
         w, h = self.image_size
         q = [np.asarray(dataset.arrays(e.index)["q"][...], np.float32) for e in episodes]
+        objects = []
+        for e in episodes:
+            a = dataset.arrays(e.index)
+            objects.append(state_vector(a["q"][...], a["object_pos"][...], a["object_quat"][...])[:, self.joints :])
         if self.kind == "real":
             if self.camera not in dataset.meta.cameras:
                 raise DatasetError(
@@ -222,6 +238,7 @@ class ImageEncoder(ObservationEncoder):
         return {
             "image": np.concatenate(images) if images else np.zeros((0, h, w, 3), np.uint8),
             "q": np.concatenate(q) if q else np.zeros((0, self.joints), np.float32),
+            "object": np.concatenate(objects) if objects else np.zeros((0, 4 * self.objects), np.float32),
         }
 
     def observation_inputs(self, observation: Observation) -> dict[str, np.ndarray]:
@@ -267,4 +284,4 @@ def make_encoder(
         camera = camera or names[0]
         if camera not in names:
             raise ValueError(f"camera: {camera!r} is not one of the scene's cameras {names}")
-    return ImageEncoder(kind, camera, image_size, joints, vision)  # type: ignore[arg-type]
+    return ImageEncoder(kind, camera, image_size, joints, vision, len(scene.objects))  # type: ignore[arg-type]

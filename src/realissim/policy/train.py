@@ -142,14 +142,16 @@ def _batch(samples: ChunkSamples, idx: np.ndarray) -> tuple[dict[str, torch.Tens
 
 
 @torch.no_grad()
-def validation_loss(model: FlowPolicyModel, samples: ChunkSamples, config: TrainConfig) -> float:
-    """Mean flow loss over (at most `val_samples` evenly spaced) validation frames, with fixed noise."""
+def validation_loss(model: FlowPolicyModel, samples: ChunkSamples, config: TrainConfig, term: str = "flow") -> float:
+    """Mean of loss term `term` (`FlowPolicyModel.loss_terms`; by default the flow loss alone, so runs with and
+    without an auxiliary loss compare) over (at most `val_samples` evenly spaced) validation frames, with fixed
+    noise."""
     idx = np.unique(np.linspace(0, len(samples) - 1, min(config.val_samples, len(samples))).round().astype(np.int64))
     generator = torch.Generator().manual_seed(config.seed + 1)
     total = 0.0
     for part in np.array_split(idx, max(1, math.ceil(len(idx) / 256))):
         inputs, actions, reference = _batch(samples, part)
-        total += float(model.loss(inputs, actions, reference, generator)) * len(part)
+        total += float(model.loss_terms(inputs, actions, reference, generator)[term]) * len(part)
     return total / len(idx)
 
 
@@ -165,7 +167,8 @@ class _Run:
         self.model = build_model(m, dataset.meta.scene)
         self.train = build_samples(dataset, self.model.encoder, self.train_eps, m.horizon, m.waypoints)
         self.val = build_samples(dataset, self.model.encoder, self.val_eps, m.horizon, m.waypoints)
-        inputs = {k: torch.from_numpy(np.asarray(v)) for k, v in self.train.inputs.items() if k in self.model.obs_norm}
+        fitted = set(self.model.obs_norm) | {"object"}  # (not the images: memory-mapped caches stay on disk)
+        inputs = {k: torch.from_numpy(np.asarray(v)) for k, v in self.train.inputs.items() if k in fitted}
         self.model.fit_normalizers(inputs, torch.from_numpy(self.train.actions), torch.from_numpy(self.train.reference))
         self.ema = build_model(m, dataset.meta.scene)
         self.ema.load_state_dict(self.model.state_dict())
@@ -369,6 +372,9 @@ def _train(config: TrainConfig, dataset: Dataset, data: Path, out: Path, resume:
             if run.step % config.val_every == 0 and len(run.val):
                 run.val_losses.append((run.step, validation_loss(run.ema, run.val, config)))
                 log.info("step %d: validation loss %.5f", run.step, run.val_losses[-1][1])
+                if run.model.aux_head is not None:
+                    pose = validation_loss(run.ema, run.val, config, "object")
+                    log.info("step %d: validation object-pose loss %.5f (normalised units²)", run.step, pose)
             if run.step % config.checkpoint_every == 0 or run.step == config.steps:
                 checkpoint = _save(run, out, data)
             bar.update(1)
