@@ -45,6 +45,8 @@ class Args:
     """Online: correct every n-th frame (`RuntimeConfig.correct_every`)."""
     threads: int = 1
     """Torch threads of the offline policies (`realissim eval offline --threads`)."""
+    workers: int = 1
+    """Offline batches at once (`realissim eval offline --workers`); the envs in flight are envs × workers."""
     json: Path | None = None
     """Write the results here as JSON."""
 
@@ -64,9 +66,11 @@ def main() -> None:
             continue
         policy = FlowPolicy.load(path, obs=kind, scene=task.scene, threads=args.threads)
         starts = start_set("pusht/eval-v1")[: args.offline]
-        report = evaluate_offline(task, policy, starts, args.envs, args.max_seconds, policy.env_config(EnvConfig()))
+        config = policy.env_config(EnvConfig())
+        report = evaluate_offline(task, policy, starts, args.envs, args.max_seconds, config, workers=args.workers)
         s = report.summary()
         out[f"offline_x_realtime_per_env_{kind}"] = s["x_realtime_per_env"]
+        out[f"offline_envs_in_flight_{kind}"] = report.envs
         out[f"offline_success_{kind}"] = s["success"]
         out[f"offline_success_ci95_{kind}"] = s["success_ci95"]
         if kind == "state":

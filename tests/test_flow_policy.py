@@ -406,6 +406,19 @@ def episode_record(r: EpisodeResult) -> tuple:
     return (r.success, r.success_time, r.times, r.coverage, r.progress, r.final, r.frames, r.policy_calls)
 
 
+def test_worker_threads_give_the_same_episodes_as_one_worker(trained: TrainResult, task: Task) -> None:
+    """Batches run two at a time in threads (each with its own policy copy and single-threaded twins) give
+    the one-worker run's episodes, in start order, trace for trace."""
+    starts = start_set("pusht/select-v1")[:5]
+    one = evaluate_offline(task, FlowPolicy.load(trained.checkpoint, seed=3), starts, 2, 2.0, progress=False)
+    two = evaluate_offline(task, FlowPolicy.load(trained.checkpoint, seed=3), starts, 2, 2.0, progress=False,
+                           workers=2)  # fmt: skip
+    assert [episode_record(r) for r in two.results] == [episode_record(r) for r in one.results]
+    assert [r.start for r in two.results] == list(starts) and two.envs == 4 and one.envs == 2
+    with pytest.raises(ValueError, match="workers"):
+        evaluate_offline(task, FlowPolicy.load(trained.checkpoint), starts, 2, 2.0, progress=False, workers=0)
+
+
 @pytest.mark.slow
 def test_ray_and_local_runs_agree_episode_by_episode(trained: TrainResult, task: Task, tmp_path: Path) -> None:
     """A local Ray cluster started here runs the local run's batches (2 + 1 starts at envs = 2) as tasks in other

@@ -486,6 +486,9 @@ class EvalOffline:
     """Seed of the policy's sampling noise."""
     threads: int = 1
     """Torch threads."""
+    workers: int = 1
+    """offline: batches run at once, each in a thread with its own policy copy and single-threaded twins
+    (one batch's physics runs while another's policy samples); the same episodes at any count."""
     out: Path | None = None
     """Where to write the reports (offline: None prints only; sweep: None is RUN/sweep/<start set>)."""
     offline: bool = True
@@ -610,7 +613,7 @@ class EvalOffline:
             factory = CheckpointPolicy(str(self.target), self.steps, self.seed, self.threads)
             report = evaluate_offline_ray(task.name, factory, starts, self.envs, self.max_seconds, config, self.ray)
         else:
-            report = evaluate_offline(task, policy, starts, self.envs, self.max_seconds, config)
+            report = evaluate_offline(task, policy, starts, self.envs, self.max_seconds, config, workers=self.workers)
         summary = report.summary()
         if self.out is not None:
             about = {"checkpoint": str(self.target), "starts": name, "replan_every": self.replan_every}

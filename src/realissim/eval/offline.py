@@ -4,15 +4,24 @@ on the task's ground truth (the twin is the world offline), with a Wilson 95 % i
 The starts are run in batches of `envs` environments; every episode of a batch ends when all of the batch
 have succeeded or at `max_seconds` (an early success keeps its time and is not undone by what follows).
 The policy is reset once per batch, so a seeded policy gives the same results for the same batches.
+
+With `workers` > 1, that many batches run at once, each in a thread with its own copy of the policy
+(`copy.deepcopy`) and its own single-threaded `BatchEnv`: MuJoCo's step and torch's operators release the GIL,
+so one batch's physics runs while another's policy samples — in one batch the two alternate and one core
+waits while the policy thinks. The batches are cut as with one worker and each resets its policy copy, so
+the results are the same, episode by episode, at any worker count (tested).
 """
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import logging
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,27 +98,59 @@ def evaluate_offline(
     max_seconds: float = 60.0,
     config: EnvConfig = EnvConfig(),
     progress: bool = True,
+    workers: int = 1,
 ) -> OfflineReport:
     """Run `policy` (a batched policy: it takes (B, ...) observations) from every start in batches of `envs`
-    `BatchEnv`s with `config` (its cameras if the policy needs images); results in start order."""
+    `BatchEnv`s with `config` (its cameras if the policy needs images); results in start order. `workers` > 1
+    runs that many batches at once (see the module's docstring; the policy must survive `copy.deepcopy`, and
+    torch runs one thread per worker); the report's `envs` is then the twins in flight, envs × workers."""
     if not starts:
         raise ValueError("starts: need at least one start")
+    if workers < 1:
+        raise ValueError(f"workers: must be ≥ 1, got {workers}")
     split = batches(starts, envs)
     wall0 = time.perf_counter()
-    results: list[EpisodeResult] = []
-    env: BatchEnv | None = None
     bar = tqdm(total=len(starts), desc="offline eval", unit="episode", disable=not progress)
+    done: dict[int, list[EpisodeResult]] = {}
     with bar:
-        for batch in split:
-            if env is None or env.size != len(batch):
-                env = BatchEnv(task, len(batch), config)
-            results += run_episodes(env, policy, batch, max_seconds)
-            k = sum(r.success for r in results)
-            bar.update(len(batch))
-            bar.set_postfix(success=f"{k}/{len(results)}")
-    report = OfflineReport(results, time.perf_counter() - wall0, min(envs, len(starts)))
+        if workers == 1:
+            env: BatchEnv | None = None
+            for i, batch in enumerate(split):
+                if env is None or env.size != len(batch):
+                    env = BatchEnv(task, len(batch), config)
+                done[i] = run_episodes(env, policy, batch, max_seconds)
+                _advance(bar, done)
+        else:
+            from realissim.policy.model import torch_settings  # (torch only where a worker pool runs)
+
+            local = threading.local()
+
+            def run(batch: list[StartState]) -> list[EpisodeResult]:
+                if getattr(local, "policy", None) is None:
+                    local.policy = copy.deepcopy(policy)
+                    if hasattr(local.policy, "threads"):
+                        local.policy.threads = 1  # (torch's thread count is per process: one for all workers)
+                if getattr(local, "env", None) is None or local.env.size != len(batch):
+                    local.env = BatchEnv(task, len(batch), config, nthread=1)
+                return run_episodes(local.env, local.policy, batch, max_seconds)
+
+            with torch_settings(1), ThreadPoolExecutor(workers, thread_name_prefix="offline-eval") as pool:
+                futures = {pool.submit(run, batch): i for i, batch in enumerate(split)}
+                for future in as_completed(futures):
+                    done[futures[future]] = future.result()
+                    _advance(bar, done)
+    results = [r for i in range(len(split)) for r in done[i]]
+    in_flight = min(envs * workers, len(starts))
+    report = OfflineReport(results, time.perf_counter() - wall0, in_flight)
     log.info("offline evaluation: %d/%d successes", report.successes, len(results))
     return report
+
+
+def _advance(bar: tqdm, done: dict[int, list[EpisodeResult]]) -> None:
+    """Move the progress bar to the finished episodes and show their running success count."""
+    finished = [r for rs in done.values() for r in rs]
+    bar.update(len(finished) - bar.n)
+    bar.set_postfix(success=f"{sum(r.success for r in finished)}/{len(finished)}")
 
 
 def write_report(report: OfflineReport, out: Path, about: dict[str, object]) -> None:
