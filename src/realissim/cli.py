@@ -487,8 +487,9 @@ class EvalOffline:
     threads: int = 1
     """Torch threads."""
     workers: int = 1
-    """offline: batches run at once, each in a thread with its own policy copy and single-threaded twins
-    (one batch's physics runs while another's policy samples); the same episodes at any count."""
+    """offline, sweep --offline: batches run at once, each in a thread with its own policy copy and
+    single-threaded twins (one batch's physics runs while another's policy samples); the same episodes at any
+    count."""
     out: Path | None = None
     """Where to write the reports (offline: None prints only; sweep: None is RUN/sweep/<start set>)."""
     offline: bool = True
@@ -566,7 +567,8 @@ class EvalOffline:
                 self.starts or "pusht/select-v1", self.limit, self.envs, self.max_seconds, self.replan_every,
                 self.steps, self.seed,
             )  # fmt: skip
-            offline_rows, best, out = sweep_offline(self.target, settings, self.out, self.threads, self.ray)
+            offline_rows, best, out = sweep_offline(self.target, settings, self.out, self.threads, self.ray,
+                                                    self.workers)  # fmt: skip
             _print_sweep(f"Checkpoint sweep of {self.target} on {settings.starts} (offline)", offline_rows, best)
             print(f"chosen: {best.checkpoint}")
             print(f"outputs in {out}/ (sweep.json, success.png, one folder per checkpoint)")

@@ -81,10 +81,12 @@ def sweep_offline(
     out: Path | None = None,
     threads: int = 1,
     ray_address: str | None = None,
+    workers: int = 1,
 ) -> tuple[list[SweepRow], SweepRow, Path]:
     """Evaluate every checkpoint of `run` offline (see the module docstring): rows by step, the chosen row, and
-    the output folder. With `ray_address` ("local", "auto", "ray://host:port"), every (checkpoint, batch) pair
-    not yet evaluated runs as one Ray task (`eval.distributed`), with the same per-episode results as locally."""
+    the output folder; `workers` batches at once locally (`evaluate_offline`; the results do not depend on
+    it). With `ray_address` ("local", "auto", "ray://host:port"), every (checkpoint, batch) pair not yet
+    evaluated runs as one Ray task (`eval.distributed`), with the same per-episode results as locally."""
     from realissim.policy.flow_policy import FlowPolicy
     from realissim.tasks import make, start_set
 
@@ -108,7 +110,7 @@ def sweep_offline(
         policy = FlowPolicy.load(path, steps=settings.steps, seed=settings.seed, threads=threads)
         policy.check_scene(task.scene)
         config = policy.env_config(EnvConfig(replan_every=settings.replan_every))
-        report = evaluate_offline(task, policy, starts, settings.envs, settings.max_seconds, config)
+        report = evaluate_offline(task, policy, starts, settings.envs, settings.max_seconds, config, workers=workers)
         write_report(report, out / f"step_{step:07d}", {"checkpoint": str(path), "step": step, "sweep": key})
     rows = []
     for step, path in checkpoints:
