@@ -37,8 +37,10 @@ from realissim.spec.io import scene_to_dict
 
 log = logging.getLogger(__name__)
 
-_RESUMABLE = ("steps", "checkpoint_every", "keep_checkpoints", "val_every", "progress")
-"""Config fields a resumed run may change (the others define the curve)."""
+_RESUMABLE = ("steps", "checkpoint_every", "keep_checkpoints", "val_every", "progress", "threads")
+"""Config fields a resumed run may change (the others define the curve). Another thread count continues the
+same run but not bit for bit (torch's reductions split differently): a run begun beside other jobs on one
+thread may finish alone on two."""
 
 
 @dataclass(frozen=True)
@@ -264,6 +266,9 @@ def _check_resume(meta: dict[str, Any], config: TrainConfig, fp: str, path: Path
             )
     if meta["dataset"]["fingerprint"] != fp:
         raise CheckpointError(f"{path}: the dataset changed since this run started (fingerprint differs)")
+    if stored.get("threads") != config.threads:
+        log.warning("resume: %s → %d threads: the run continues, but not bit for bit as it would have",
+                    stored.get("threads"), config.threads)  # fmt: skip
     if stored["steps"] != config.steps:
         log.warning("resume: steps %d → %d changes the learning-rate schedule from here", stored["steps"], config.steps)
 
