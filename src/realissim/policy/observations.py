@@ -219,11 +219,12 @@ class ImageEncoder(ObservationEncoder):
         """The images, q, and (training-only, `targets`) "object": each object's x, y, sin yaw, cos yaw
         (N, 4K) from the recorded twin state — never an input of the encoder."""
         w, h = self.image_size
-        q = [np.asarray(dataset.arrays(e.index)["q"][...], np.float32) for e in episodes]
-        objects = []
+        q, objects = [], []
         for e in episodes:
             a = dataset.arrays(e.index)
-            objects.append(state_vector(a["q"][...], a["object_pos"][...], a["object_quat"][...])[:, self.joints :])
+            state = state_vector(a["q"][...], a["object_pos"][...], a["object_quat"][...])
+            q.append(state[:, : self.joints])
+            objects.append(state[:, self.joints :])
         if self.kind == "real":
             if self.camera not in dataset.meta.cameras:
                 raise DatasetError(
