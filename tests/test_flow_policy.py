@@ -27,7 +27,7 @@ from realissim.eval.sweep import SweepSettings, sweep_offline
 from realissim.expert.pusht import PushTExpert
 from realissim.geometry import quat_yaw, yaw_quat
 from realissim.policy import ActionChunk, Observation
-from realissim.policy.checkpoint import CheckpointError, load_checkpoint
+from realissim.policy.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from realissim.policy.dataset import chunk_targets, split_episodes
 from realissim.policy.flow import FlowConfig, euler_sample, flow_loss, sample_time
 from realissim.policy.flow_policy import FlowPolicy, TipSpeedLimit
@@ -277,7 +277,10 @@ def test_resuming_continues_the_same_curve(demo: Path, tmp_path: Path) -> None:
     # A run killed after its step-15 checkpoint: what is left on disk is that checkpoint as last.pt.
     cut = tmp_path / "cut"
     cut.mkdir()
-    shutil.copy(tmp_path / "whole" / "checkpoints" / "step_0000015.pt", cut / "last.pt")
+    # ... written before `image_hidden` existed (the field absent from its config): it resumes and loads the same.
+    meta, tensors = load_checkpoint(tmp_path / "whole" / "checkpoints" / "step_0000015.pt")
+    del meta["config"]["model"]["image_hidden"]
+    save_checkpoint(cut / "last.pt", meta, tensors)
     resumed = train(config, demo, cut, resume=True)
     assert resumed.step == 30 and np.array_equal(resumed.losses, whole.losses)
     for a, b in zip(resumed.model.state_dict().values(), whole.model.state_dict().values()):

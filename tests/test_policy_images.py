@@ -149,12 +149,14 @@ def test_the_auxiliary_pose_loss_trains_a_head_that_reads_the_object_pose_from_t
     from realissim.policy.dataset import build_samples
     from realissim.policy.train import validation_loss
 
+    """With the encoder's fusion MLP (`image_hidden`) too, whose features the head reads with the rest."""
     base = image_config("static")
     config = dataclasses.replace(
-        base, model=dataclasses.replace(base.model, aux_object=1.0), steps=150, lr=3e-3, warmup_steps=10,
-        checkpoint_every=150, val_samples=256,
+        base, model=dataclasses.replace(base.model, aux_object=1.0, image_hidden=(32,)), steps=150, lr=3e-3,
+        warmup_steps=10, checkpoint_every=150, val_samples=256,
     )  # fmt: skip
     result = train(config, image_data, tmp_path / "run")
+    assert result.model.encoder.feature_dim == 8 + 7 + 32  # image features, q, the MLP's
     dataset = Dataset(image_data)
     samples = build_samples(dataset, result.model.encoder, dataset.episodes, 1.0, 32)
     assert samples.inputs["object"].shape == (len(samples), 4)
@@ -165,6 +167,7 @@ def test_the_auxiliary_pose_loss_trains_a_head_that_reads_the_object_pose_from_t
     assert baseline > 0.3 and learned < 0.2 * baseline
     # Acting needs no pose: the head is training-only.
     policy = FlowPolicy.load(result.checkpoint, scene=task.scene)
+    assert policy.config.image_hidden == (32,)
     chunk = policy.act(BatchEnv(task, 2, policy.env_config()).reset(seed=0))
     assert np.all(np.isfinite(chunk.q_des))
     with pytest.raises(ValueError, match="only for image representations"):

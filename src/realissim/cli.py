@@ -356,6 +356,11 @@ class Train:
     none, the state itself conditions the network)."""
     channels: tuple[int, ...] = (32, 64, 128)
     """The velocity U-Net's channels per level, finest first (each divisible by 8)."""
+    kernel: int = 3
+    """The velocity U-Net's temporal kernel size (odd)."""
+    image_hidden: tuple[int, ...] = ()
+    """Image representations: widths of an MLP fusing the image features and q into extra conditioning
+    features (none by default)."""
     camera: str | None = None
     """Image representations: the camera (None: "wrist" for wrist, the scene's first camera otherwise)."""
     image_size: tuple[int, int] = (96, 96)
@@ -381,11 +386,12 @@ class Train:
 
         return TrainConfig(
             model=ModelConfig(
-                network=UNetConfig(channels=self.channels),
+                network=UNetConfig(channels=self.channels, kernel=self.kernel),
                 obs=self.obs,
                 actions=self.actions,
                 state_tip=self.state_tip,
                 state_hidden=self.state_hidden,
+                image_hidden=self.image_hidden,
                 input_noise=self.input_noise,
                 camera=self.camera,
                 image_size=self.image_size,

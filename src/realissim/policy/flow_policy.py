@@ -21,7 +21,7 @@ from realissim.envs.env import EnvConfig
 from realissim.policy.base import ActionChunk, Observation
 from realissim.policy.checkpoint import CheckpointError, load_checkpoint
 from realissim.policy.flow import VelocityField
-from realissim.policy.model import FlowPolicyModel, ModelConfig, build_model, torch_settings
+from realissim.policy.model import LEGACY_MODEL_FIELDS, FlowPolicyModel, ModelConfig, build_model, torch_settings
 from realissim.policy.observations import require_finite
 from realissim.spec.codec import first_difference, from_dict
 from realissim.spec.errors import SpecError
@@ -169,9 +169,7 @@ class FlowPolicy:
         path = Path(path)
         meta, tensors = load_checkpoint(path)
         try:
-            # Fields added since a checkpoint was written take the value that reproduces its model, not today's
-            # default: `state_hidden` came in with the state MLP (before it, the state fed FiLM directly).
-            config = from_dict(ModelConfig, {"state_hidden": [], **meta["config"]["model"]})
+            config = from_dict(ModelConfig, {**LEGACY_MODEL_FIELDS, **meta["config"]["model"]})
             trained = scene_from_dict(meta["scene"])
         except (KeyError, TypeError, SpecError) as err:
             raise CheckpointError(f"{path}: malformed meta: {err}") from None

@@ -37,6 +37,10 @@ class ModelConfig:
     state itself (`StateEncoder`); () feeds the state to the FiLM layers directly (Diffusion Policy's
     low-dimensional policy). Measured on 60 demonstrations: it learns faster and reached 55 % on eval-v1
     against 47 % without (docs/decisions.md, "Flow policy")."""
+    image_hidden: tuple[int, ...] = ()
+    """Image representations: widths of an MLP (Mish) from the image features and the normalised q to extra
+    features, concatenated with them (`ImageEncoder`); () conditions the network on the image features and q
+    directly."""
     camera: str | None = None
     """Image representations: the camera (None: "wrist" for `wrist`, the scene's first camera otherwise)."""
     image_size: tuple[int, int] = (96, 96)
@@ -84,6 +88,12 @@ class ModelConfig:
             raise ValueError(f"waypoints: {self.waypoints} must be divisible by 2^(levels − 1) of network.channels")
         if not self.horizon > 0:
             raise ValueError(f"horizon: must be > 0 s, got {self.horizon}")
+
+
+LEGACY_MODEL_FIELDS: dict[str, object] = {"state_hidden": [], "image_hidden": []}
+"""Fields added to `ModelConfig` since checkpoints were first written, with the value that reproduces a model
+stored without them (not today's default): `state_hidden` came in with the state MLP (before it, the state fed
+FiLM directly), `image_hidden` with the image encoder's fusion MLP. Read under a stored model config."""
 
 
 class FlowPolicyModel(nn.Module):
@@ -193,7 +203,14 @@ class FlowPolicyModel(nn.Module):
 def build_model(config: ModelConfig, scene: SceneSpec) -> FlowPolicyModel:
     """An untrained model for `scene`'s robot and objects (chunks of J joints + progress)."""
     encoder = make_encoder(
-        config.obs, scene, config.camera, config.image_size, config.vision, config.state_tip, config.state_hidden
+        config.obs,
+        scene,
+        config.camera,
+        config.image_size,
+        config.vision,
+        config.state_tip,
+        config.state_hidden,
+        config.image_hidden,
     )
     return FlowPolicyModel(config, encoder, len(scene.robot.joints) + 1)
 

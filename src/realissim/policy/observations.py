@@ -79,6 +79,18 @@ class ObservationEncoder(nn.Module, abc.ABC):
         """Features (B, D) float32 of inputs (B, ...) whose `low_dim` entries are already normalised."""
 
 
+def _mlp(width: int, hidden: Sequence[int], name: str) -> nn.Sequential | None:
+    """Linear → Mish layers of the given widths from `width` inputs (None for no widths); ValueError naming the
+    option `name` for a width < 1."""
+    if any(int(w) < 1 for w in hidden):
+        raise ValueError(f"{name}: widths must be ≥ 1, got {tuple(hidden)}")
+    layers: list[nn.Module] = []
+    for w in hidden:
+        layers += [nn.Linear(width, int(w)), nn.Mish()]
+        width = int(w)
+    return nn.Sequential(*layers) if layers else None
+
+
 def state_vector(q: np.ndarray, object_pos: np.ndarray, object_quat: np.ndarray) -> np.ndarray:
     """(..., J + 4K) float32: joints q (..., J) rad, then per object x, y (m, world), sin yaw, cos yaw of
     object_pos (..., K, 3) and object_quat (..., K, 4) wxyz. Yaw as sin/cos: continuous across ±π."""
@@ -111,14 +123,7 @@ class StateEncoder(ObservationEncoder):
     def __init__(self, joints: int, objects: int, tip: PusherIK | None = None, hidden: Sequence[int] = ()) -> None:
         super().__init__()
         self.joints, self.objects, self.tip = joints, objects, tip
-        if any(int(w) < 1 for w in hidden):
-            raise ValueError(f"state_hidden: widths must be ≥ 1, got {tuple(hidden)}")
-        layers: list[nn.Module] = []
-        width = self.state_dim
-        for w in hidden:
-            layers += [nn.Linear(width, int(w)), nn.Mish()]
-            width = int(w)
-        self.mlp = nn.Sequential(*layers) if layers else None
+        self.mlp = _mlp(self.state_dim, hidden, "state_hidden")
 
     @property
     def state_dim(self) -> int:
@@ -185,7 +190,9 @@ class ImageEncoder(ObservationEncoder):
     `static` and `wrist` read virtual images rendered from the twin (at deployment by the environment, in
     training from the dataset's render cache); `real` reads a real camera's frames (recorded online, or the
     observation's `real_images` online), resized to `image_size`. Features: the image's D values, then the
-    normalised joints."""
+    normalised joints, then (with `hidden`, widths of an MLP with Mish activations) the MLP's output of both —
+    the image and q fused: where the object is in the world depends on both (a wrist camera sees it relative
+    to the tip), and the FiLM layers alone can only use each feature affinely."""
 
     low_dim: ClassVar[tuple[str, ...]] = ("q",)
     scene_parts: ClassVar[tuple[str, ...]] = ("robot", "objects", "goals", "cameras")
@@ -199,6 +206,7 @@ class ImageEncoder(ObservationEncoder):
         joints: int,
         config: VisionConfig = VisionConfig(),
         objects: int = 1,
+        hidden: Sequence[int] = (),
     ) -> None:
         super().__init__()
         self.kind = kind  # type: ignore[misc]
@@ -206,11 +214,13 @@ class ImageEncoder(ObservationEncoder):
         self.image_size = (int(size[0]), int(size[1]))
         self.cameras = (camera,) if kind != "real" else ()
         self.trunk = ImageTrunk(config)
+        self.mlp = _mlp(config.features + joints, hidden, "image_hidden")
         self.cache_progress = True
 
     @property
     def feature_dim(self) -> int:
-        return self.trunk.config.features + self.joints
+        extra = self.mlp[-2].out_features if self.mlp is not None else 0  # type: ignore[union-attr]
+        return self.trunk.config.features + self.joints + extra
 
     def input_dims(self) -> dict[str, int]:
         return {"q": self.joints}
@@ -254,7 +264,8 @@ class ImageEncoder(ObservationEncoder):
         return {"image": resize_images(np.asarray(source[self.camera]), self.image_size), "q": q}
 
     def forward(self, inputs: Mapping[str, Tensor]) -> Tensor:
-        return torch.cat([self.trunk(inputs["image"]), inputs["q"].float()], dim=-1)
+        base = torch.cat([self.trunk(inputs["image"]), inputs["q"].float()], dim=-1)
+        return base if self.mlp is None else torch.cat([base, self.mlp(base)], dim=-1)
 
 
 def make_encoder(
@@ -265,6 +276,7 @@ def make_encoder(
     vision: VisionConfig = VisionConfig(),
     state_tip: bool = False,
     state_hidden: Sequence[int] = (),
+    image_hidden: Sequence[int] = (),
 ) -> ObservationEncoder:
     """The encoder of representation `kind` for `scene`; for images, `camera` (None: "wrist" for `wrist`, the
     scene's first camera for `static` and `real`) at `image_size`. ValueError for an unknown kind or camera."""
@@ -285,4 +297,4 @@ def make_encoder(
         camera = camera or names[0]
         if camera not in names:
             raise ValueError(f"camera: {camera!r} is not one of the scene's cameras {names}")
-    return ImageEncoder(kind, camera, image_size, joints, vision, len(scene.objects))  # type: ignore[arg-type]
+    return ImageEncoder(kind, camera, image_size, joints, vision, len(scene.objects), image_hidden)  # type: ignore[arg-type]

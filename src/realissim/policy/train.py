@@ -31,7 +31,7 @@ from realissim.data.reader import Dataset
 from realissim.data.schema import EpisodeInfo, code_version
 from realissim.policy.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from realissim.policy.dataset import ChunkSamples, build_samples, fingerprint, open_training_data, split_episodes
-from realissim.policy.model import FlowPolicyModel, ModelConfig, build_model, torch_settings
+from realissim.policy.model import LEGACY_MODEL_FIELDS, FlowPolicyModel, ModelConfig, build_model, torch_settings
 from realissim.spec.codec import to_dict
 from realissim.spec.io import scene_to_dict
 
@@ -258,7 +258,9 @@ class _Run:
 
 def _check_resume(meta: dict[str, Any], config: TrainConfig, fp: str, path: Path) -> None:
     """CheckpointError unless the checkpoint's run has this config (but `_RESUMABLE`) and dataset."""
-    stored, given = meta["config"], to_dict(config)
+    stored, given = dict(meta["config"]), to_dict(config)
+    if isinstance(stored.get("model"), dict):
+        stored["model"] = {**LEGACY_MODEL_FIELDS, **stored["model"]}
     for name in given:
         if name not in _RESUMABLE and stored.get(name) != given[name]:
             raise CheckpointError(
