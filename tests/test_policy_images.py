@@ -109,8 +109,16 @@ def image_data(task: Task, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_an_image_policy_trains_and_acts_in_a_batch_of_environments(
     obs: str, task: Task, image_data: Path, tmp_path: Path
 ) -> None:
-    result = train(image_config(obs), image_data, tmp_path / "run")
+    """The wrist policy with its keypoints lifted onto the table and the fusion MLP (`wrist_lift`,
+    `image_hidden`); the static one without."""
+    config = image_config(obs)
+    if obs == "wrist":
+        config = dataclasses.replace(
+            config, model=dataclasses.replace(config.model, wrist_lift=True, image_hidden=(16,))
+        )
+    result = train(config, image_data, tmp_path / "run")
     assert len(result.losses) == 6 and np.all(np.isfinite(result.losses))
+    assert result.model.encoder.feature_dim == 8 + 7 + (2 * 4 + 16 if obs == "wrist" else 0)
     policy = FlowPolicy.load(result.checkpoint, obs=obs, scene=task.scene)
     config = policy.env_config()
     assert config.cameras == (("wrist",) if obs == "wrist" else ("front",)) and config.image_size == SIZE
@@ -172,3 +180,41 @@ def test_the_auxiliary_pose_loss_trains_a_head_that_reads_the_object_pose_from_t
     assert np.all(np.isfinite(chunk.q_des))
     with pytest.raises(ValueError, match="only for image representations"):
         ModelConfig(obs="state", aux_object=1.0)
+
+
+def test_lifted_wrist_keypoints_land_where_the_wrist_camera_sees_them(task: Task) -> None:
+    """Points on the objects' plane, projected into the wrist camera the environment renders (posed from the
+    twin's body poses), come back to their world (x, y) through `lift_pixels` at the camera pose computed from q
+    alone; a ray that misses the plane stays finite."""
+    from realissim.geometry import project_points
+    from realissim.policy.lift import WristGeometry, lift_pixels
+    from realissim.twin.physics import PhysicsConfig, build_model
+    from realissim.twin.virtual import WristCamera, WristMount, body_poses
+
+    geometry = WristGeometry(task.scene, (96, 96))
+    assert abs(geometry.plane - 0.035) < 1e-9  # the T's top face: centre 17.5 mm up, spheres of 17.5 mm
+    model = build_model(task.scene, PhysicsConfig())
+    rng = np.random.default_rng(0)
+    home = np.asarray(task.scene.robot.home)
+    q = home + rng.normal(0.0, 0.15, (4, len(home)))
+    qpos = np.tile(model.qpos0, (len(q), 1))
+    qpos[:, : len(home)] = q
+    xpos, xquat = body_poses(model, qpos)
+    X_WC = WristCamera(model, WristMount(), 96, 96).pose(xpos, xquat)
+    camera = torch.from_numpy(geometry.camera_poses(q))
+    for b in range(len(q)):
+        assert np.allclose(camera[b, :3].numpy(), X_WC[b, :3, 3], atol=1e-5)
+        eye, axis = X_WC[b, :3, 3], X_WC[b, :3, 2]
+        centre = eye + axis * (geometry.plane - eye[2]) / axis[2]  # where the optical axis meets the plane
+        points = np.array(
+            [[centre[0] + dx, centre[1] + dy, geometry.plane] for dx in (-0.03, 0.02) for dy in (-0.02, 0.04)]
+        )
+        pixels, depth = project_points(points, geometry.K, X_WC[b])
+        assert np.all(depth > 0)
+        lifted = lift_pixels(torch.tensor(pixels[None], dtype=torch.float32), camera[b : b + 1],
+                             torch.tensor(geometry.K, dtype=torch.float32), geometry.plane)  # fmt: skip
+        assert np.allclose(lifted[0].numpy(), points[:, :2], atol=1e-4)
+    up = torch.tensor([[[48.0, -5000.0]]])  # far above the image's top: a ray at or above the horizon
+    assert torch.isfinite(lift_pixels(up, camera[:1], torch.tensor(geometry.K, dtype=torch.float32), 0.035)).all()
+    with pytest.raises(ValueError, match="wrist_lift"):
+        ModelConfig(obs="static", wrist_lift=True)

@@ -361,6 +361,9 @@ class Train:
     image_hidden: tuple[int, ...] = ()
     """Image representations: widths of an MLP fusing the image features and q into extra conditioning
     features (none by default)."""
+    wrist_lift: bool = False
+    """wrist: also the image keypoints' world positions on the table (rays from the camera, posed by the arm's
+    kinematics)."""
     camera: str | None = None
     """Image representations: the camera (None: "wrist" for wrist, the scene's first camera otherwise)."""
     image_size: tuple[int, int] = (96, 96)
@@ -392,6 +395,7 @@ class Train:
                 state_tip=self.state_tip,
                 state_hidden=self.state_hidden,
                 image_hidden=self.image_hidden,
+                wrist_lift=self.wrist_lift,
                 input_noise=self.input_noise,
                 camera=self.camera,
                 image_size=self.image_size,

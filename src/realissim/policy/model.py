@@ -41,6 +41,10 @@ class ModelConfig:
     """Image representations: widths of an MLP (Mish) from the image features and the normalised q to extra
     features, concatenated with them (`ImageEncoder`); () conditions the network on the image features and q
     directly."""
+    wrist_lift: bool = False
+    """`wrist`: also each image keypoint's world (x, y) where its ray from the wrist camera (posed by forward
+    kinematics of q) meets the plane of the objects' top faces (`realissim.policy.lift`), so the network need
+    not learn the camera's kinematics to know where things are."""
     camera: str | None = None
     """Image representations: the camera (None: "wrist" for `wrist`, the scene's first camera otherwise)."""
     image_size: tuple[int, int] = (96, 96)
@@ -80,6 +84,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.aux_object < 0:
             raise ValueError(f"aux_object: must be ≥ 0, got {self.aux_object}")
+        if self.wrist_lift and self.obs != "wrist":
+            raise ValueError(f"wrist_lift: only for the wrist representation, not {self.obs!r}")
         if self.aux_object > 0 and self.obs == "state":
             raise ValueError("aux_object: only for image representations (the state policy reads the pose itself)")
         if self.waypoints < 1:
@@ -90,10 +96,11 @@ class ModelConfig:
             raise ValueError(f"horizon: must be > 0 s, got {self.horizon}")
 
 
-LEGACY_MODEL_FIELDS: dict[str, object] = {"state_hidden": [], "image_hidden": []}
+LEGACY_MODEL_FIELDS: dict[str, object] = {"state_hidden": [], "image_hidden": [], "wrist_lift": False}
 """Fields added to `ModelConfig` since checkpoints were first written, with the value that reproduces a model
 stored without them (not today's default): `state_hidden` came in with the state MLP (before it, the state fed
-FiLM directly), `image_hidden` with the image encoder's fusion MLP. Read under a stored model config."""
+FiLM directly), `image_hidden` with the image encoder's fusion MLP, `wrist_lift` with the lifted keypoints.
+Read under a stored model config."""
 
 
 class FlowPolicyModel(nn.Module):
@@ -211,6 +218,7 @@ def build_model(config: ModelConfig, scene: SceneSpec) -> FlowPolicyModel:
         config.state_tip,
         config.state_hidden,
         config.image_hidden,
+        config.wrist_lift,
     )
     return FlowPolicyModel(config, encoder, len(scene.robot.joints) + 1)
 

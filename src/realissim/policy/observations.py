@@ -29,6 +29,7 @@ from realissim.data.schema import DatasetError, EpisodeInfo
 from realissim.geometry import quat_yaw
 from realissim.policy.base import Observation
 from realissim.policy.image_cache import RenderCache
+from realissim.policy.lift import CAMERA_DIM, WristGeometry, lift_pixels
 from realissim.policy.vision import ImageTrunk, VisionConfig
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK
@@ -37,6 +38,8 @@ from realissim.twin.virtual import WRIST
 ObsKind = Literal["state", "static", "wrist", "real"]
 """The observation representations of the paper."""
 OBS_KINDS: tuple[ObsKind, ...] = ("state", "static", "wrist", "real")
+LIFT_SCALE = 0.25
+"""m: lifted keypoint positions are divided by this, so a tabletop workspace spans about [−1, 1]."""
 
 
 class ObservationEncoder(nn.Module, abc.ABC):
@@ -207,6 +210,7 @@ class ImageEncoder(ObservationEncoder):
         config: VisionConfig = VisionConfig(),
         objects: int = 1,
         hidden: Sequence[int] = (),
+        lift: WristGeometry | None = None,
     ) -> None:
         super().__init__()
         self.kind = kind  # type: ignore[misc]
@@ -214,13 +218,24 @@ class ImageEncoder(ObservationEncoder):
         self.image_size = (int(size[0]), int(size[1]))
         self.cameras = (camera,) if kind != "real" else ()
         self.trunk = ImageTrunk(config)
-        self.mlp = _mlp(config.features + joints, hidden, "image_hidden")
+        self.lift = lift
+        if lift is not None:
+            if camera != WRIST:
+                raise ValueError(f"wrist_lift: only for the wrist camera, not {camera!r}")
+            self.register_buffer("K", torch.tensor(lift.K, dtype=torch.float32))
+        self.mlp = _mlp(self._base_dim, hidden, "image_hidden")
         self.cache_progress = True
+
+    @property
+    def _base_dim(self) -> int:
+        """Image features, q and (with `lift`) the lifted keypoints' world (x, y)."""
+        lifted = 2 * self.trunk.config.keypoints if self.lift is not None else 0
+        return self.trunk.config.features + self.joints + lifted
 
     @property
     def feature_dim(self) -> int:
         extra = self.mlp[-2].out_features if self.mlp is not None else 0  # type: ignore[union-attr]
-        return self.trunk.config.features + self.joints + extra
+        return self._base_dim + extra
 
     def input_dims(self) -> dict[str, int]:
         return {"q": self.joints}
@@ -246,11 +261,14 @@ class ImageEncoder(ObservationEncoder):
         else:
             cache = RenderCache(dataset, self.camera, self.image_size, progress=self.cache_progress)
             images = [np.asarray(cache.rows(e.index)) for e in episodes]
-        return {
+        out = {
             "image": np.concatenate(images) if images else np.zeros((0, h, w, 3), np.uint8),
             "q": np.concatenate(q) if q else np.zeros((0, self.joints), np.float32),
             "object": np.concatenate(objects) if objects else np.zeros((0, 4 * self.objects), np.float32),
         }
+        if self.lift is not None:
+            out["camera"] = self.lift.camera_poses(out["q"]) if len(out["q"]) else np.zeros((0, CAMERA_DIM), np.float32)
+        return out
 
     def observation_inputs(self, observation: Observation) -> dict[str, np.ndarray]:
         require_finite(observation, ("q",))
@@ -261,10 +279,20 @@ class ImageEncoder(ObservationEncoder):
         q = np.asarray(observation.q, dtype=np.float32)
         if q.ndim != 2 or q.shape[1] != self.joints:
             raise ValueError(f"observation: the policy expects q (B, {self.joints}), got {q.shape}")
-        return {"image": resize_images(np.asarray(source[self.camera]), self.image_size), "q": q}
+        out = {"image": resize_images(np.asarray(source[self.camera]), self.image_size), "q": q}
+        if self.lift is not None:
+            out["camera"] = self.lift.camera_poses(np.asarray(observation.q, dtype=np.float64))
+        return out
 
     def forward(self, inputs: Mapping[str, Tensor]) -> Tensor:
-        base = torch.cat([self.trunk(inputs["image"]), inputs["q"].float()], dim=-1)
+        """Features (B, D): the image's, q, (with `lift`) each keypoint's world (x, y) on the objects' plane
+        in units of `LIFT_SCALE`, and (with `hidden`) the MLP's of all of these."""
+        kp, pixels = self.trunk.keypoints(inputs["image"])
+        parts = [self.trunk.out(kp.reshape(len(kp), -1)), inputs["q"].float()]
+        if self.lift is not None:
+            world = lift_pixels(pixels, inputs["camera"].float(), self.K, self.lift.plane)  # type: ignore[arg-type]
+            parts.append(world.reshape(len(world), -1) / LIFT_SCALE)
+        base = torch.cat(parts, dim=-1)
         return base if self.mlp is None else torch.cat([base, self.mlp(base)], dim=-1)
 
 
@@ -277,6 +305,7 @@ def make_encoder(
     state_tip: bool = False,
     state_hidden: Sequence[int] = (),
     image_hidden: Sequence[int] = (),
+    wrist_lift: bool = False,
 ) -> ObservationEncoder:
     """The encoder of representation `kind` for `scene`; for images, `camera` (None: "wrist" for `wrist`, the
     scene's first camera for `static` and `real`) at `image_size`. ValueError for an unknown kind or camera."""
@@ -297,4 +326,7 @@ def make_encoder(
         camera = camera or names[0]
         if camera not in names:
             raise ValueError(f"camera: {camera!r} is not one of the scene's cameras {names}")
-    return ImageEncoder(kind, camera, image_size, joints, vision, len(scene.objects), image_hidden)  # type: ignore[arg-type]
+    if wrist_lift and kind != "wrist":
+        raise ValueError(f"wrist_lift: only for the wrist representation, not {kind!r}")
+    lift = WristGeometry(scene, image_size) if wrist_lift else None
+    return ImageEncoder(kind, camera, image_size, joints, vision, len(scene.objects), image_hidden, lift)  # type: ignore[arg-type]

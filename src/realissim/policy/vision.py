@@ -102,24 +102,33 @@ class ImageTrunk(nn.Module):
         self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).reshape(1, 3, 1, 1))
         self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).reshape(1, 3, 1, 1))
 
-    def crop(self, x: Tensor) -> Tensor:
-        """(B, 3, H, W) → (B, 3, c, c): per-sample random crops in training, the centre crop in eval."""
+    def crop(self, x: Tensor) -> tuple[Tensor, Tensor, int]:
+        """(B, 3, H, W) → (B, 3, c, c) per-sample random crops in training, the centre crop in eval; with each
+        crop's (left, top) offset (B, 2) px in the image, and its side c px."""
         c = self.config.crop
         b, _, h, w = x.shape
         if c is None or (c >= h and c >= w):
-            return x
+            return x, torch.zeros(b, 2), w  # (an uncropped non-square image: side = width)
         c = min(c, h, w)
         if not self.training:
             top, left = (h - c) // 2, (w - c) // 2
-            return x[:, :, top : top + c, left : left + c]
+            offsets = torch.tensor([[float(left), float(top)]]).expand(b, 2)
+            return x[:, :, top : top + c, left : left + c], offsets, c
         tops = torch.randint(0, h - c + 1, (b,))
         lefts = torch.randint(0, w - c + 1, (b,))
         rows = (tops[:, None] + torch.arange(c)[None]).reshape(b, 1, c, 1).expand(b, 3, c, w)
         x = torch.gather(x, 2, rows)
         cols = (lefts[:, None] + torch.arange(c)[None]).reshape(b, 1, 1, c).expand(b, 3, c, c)
-        return torch.gather(x, 3, cols)
+        return torch.gather(x, 3, cols), torch.stack([lefts, tops], dim=1).float(), c
+
+    def keypoints(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """uint8 images (B, H, W, 3) → the spatial softmax's keypoints (B, K, 2) in [−1, 1] over the crop, and
+        the same keypoints (B, K, 2) as (u, v) pixels of the whole image (for geometry: `realissim.policy.lift`)."""
+        x = images.permute(0, 3, 1, 2).float() / 255.0
+        x, offsets, side = self.crop(x)
+        kp = self.head(self.stages(self.stem((x - self.mean) / self.std))).reshape(len(x), -1, 2)
+        return kp, offsets[:, None, :] + (kp + 1.0) * (0.5 * side)
 
     def forward(self, images: Tensor) -> Tensor:
-        x = images.permute(0, 3, 1, 2).float() / 255.0
-        x = (self.crop(x) - self.mean) / self.std
-        return self.out(self.head(self.stages(self.stem(x))))
+        kp, _ = self.keypoints(images)
+        return self.out(kp.reshape(len(kp), -1))
