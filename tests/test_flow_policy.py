@@ -286,7 +286,7 @@ def test_resuming_continues_the_same_curve(demo: Path, tmp_path: Path) -> None:
     for a, b in zip(resumed.model.state_dict().values(), whole.model.state_dict().values()):
         assert torch.equal(a, b)
     loaded = FlowPolicy.load(cut / "last.pt")
-    assert loaded.config.state_hidden == (32, 32) and loaded.model.encoder.feature_dim == 11 + 32
+    assert loaded.config.state_hidden == (32, 32) and loaded.model.encoder.feature_dim == 16 + 32  # q, T pose, tip (world, T frame)
     first, total = (load_checkpoint(p)[0]["train_wall_s"] for p in (cut.parent / "whole" / "checkpoints" /
                                                                     "step_0000015.pt", cut / "last.pt"))  # fmt: skip
     assert 0 < first < total  # the optimisation time of both sessions
