@@ -286,7 +286,9 @@ def test_resuming_continues_the_same_curve(demo: Path, tmp_path: Path) -> None:
     for a, b in zip(resumed.model.state_dict().values(), whole.model.state_dict().values()):
         assert torch.equal(a, b)
     loaded = FlowPolicy.load(cut / "last.pt")
-    assert loaded.config.state_hidden == (32, 32) and loaded.model.encoder.feature_dim == 16 + 32  # q, T pose, tip (world, T frame)
+    assert (
+        loaded.config.state_hidden == (32, 32) and loaded.model.encoder.feature_dim == 16 + 32
+    )  # q, T pose, tip (world, T frame)
     first, total = (load_checkpoint(p)[0]["train_wall_s"] for p in (cut.parent / "whole" / "checkpoints" /
                                                                     "step_0000015.pt", cut / "last.pt"))  # fmt: skip
     assert 0 < first < total  # the optimisation time of both sessions
@@ -294,6 +296,14 @@ def test_resuming_continues_the_same_curve(demo: Path, tmp_path: Path) -> None:
         train(config, demo, cut)
     with pytest.raises(CheckpointError, match="lr"):
         train(dataclasses.replace(config, lr=1e-3), demo, cut, resume=True)
+    # A field the representation does not use may differ (a default changed since the run began); one it uses
+    # may not, and the error names it.
+    unused = dataclasses.replace(config, model=dataclasses.replace(model, image_hidden=(8,), wrist_lift=False))
+    assert train(unused, demo, cut, resume=True).step == 30
+    with pytest.raises(CheckpointError, match=r"model\.state_hidden\[0\] \(run 32, now 16\)"):
+        train(
+            dataclasses.replace(config, model=dataclasses.replace(model, state_hidden=(16, 32))), demo, cut, resume=True
+        )
 
 
 # --- Bad input ---------------------------------------------------------------------------------------------

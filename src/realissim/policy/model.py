@@ -110,6 +110,18 @@ stop 24, `state_hidden` came in with the state MLP (before it, the state fed FiL
 the image encoder's fusion MLP, `wrist_lift` with the lifted keypoints. Read under a stored model config."""
 
 
+_STATE_ONLY = ("state_tip", "state_hidden")
+_IMAGE_ONLY = ("image_hidden", "wrist_lift", "camera", "image_size", "vision", "aux_object")
+
+
+def model_fields_in_use(model: dict[str, object]) -> dict[str, object]:
+    """A stored or given model config (as a dict) without the fields its representation ignores (the state
+    encoder's for image kinds, the image encoder's for `state`): what two configs must agree on to be the same
+    model, e.g. to resume a run after a default of an unused field changed."""
+    unused = _IMAGE_ONLY if model.get("obs") == "state" else _STATE_ONLY
+    return {k: v for k, v in model.items() if k not in unused}
+
+
 class FlowPolicyModel(nn.Module):
     """Chunks of `action_dim` values (J joints + progress) conditioned on `encoder`'s features."""
 

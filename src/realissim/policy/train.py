@@ -31,8 +31,15 @@ from realissim.data.reader import Dataset
 from realissim.data.schema import EpisodeInfo, code_version
 from realissim.policy.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from realissim.policy.dataset import ChunkSamples, build_samples, fingerprint, open_training_data, split_episodes
-from realissim.policy.model import LEGACY_MODEL_FIELDS, FlowPolicyModel, ModelConfig, build_model, torch_settings
-from realissim.spec.codec import to_dict
+from realissim.policy.model import (
+    LEGACY_MODEL_FIELDS,
+    FlowPolicyModel,
+    ModelConfig,
+    build_model,
+    model_fields_in_use,
+    torch_settings,
+)
+from realissim.spec.codec import first_difference, to_dict
 from realissim.spec.io import scene_to_dict
 
 log = logging.getLogger(__name__)
@@ -260,12 +267,13 @@ def _check_resume(meta: dict[str, Any], config: TrainConfig, fp: str, path: Path
     """CheckpointError unless the checkpoint's run has this config (but `_RESUMABLE`) and dataset."""
     stored, given = dict(meta["config"]), to_dict(config)
     if isinstance(stored.get("model"), dict):
-        stored["model"] = {**LEGACY_MODEL_FIELDS, **stored["model"]}
+        stored["model"] = model_fields_in_use({**LEGACY_MODEL_FIELDS, **stored["model"]})
+        given["model"] = model_fields_in_use(given["model"])
     for name in given:
         if name not in _RESUMABLE and stored.get(name) != given[name]:
-            raise CheckpointError(
-                f"{path}: cannot resume with a different {name} (run {stored.get(name)!r}, now {given[name]!r})"
-            )
+            where = first_difference(stored.get(name), given[name], name, ("run", "now"))
+            where = where or f"{name} (run {stored.get(name)!r}, now {given[name]!r})"
+            raise CheckpointError(f"{path}: cannot resume with a different {where}")
     if meta["dataset"]["fingerprint"] != fp:
         raise CheckpointError(f"{path}: the dataset changed since this run started (fingerprint differs)")
     if stored.get("threads") != config.threads:
