@@ -29,7 +29,7 @@ from realissim.data.schema import DatasetError, EpisodeInfo
 from realissim.geometry import quat_yaw
 from realissim.policy.base import Observation
 from realissim.policy.image_cache import RenderCache
-from realissim.policy.lift import CAMERA_DIM, WristGeometry, lift_pixels
+from realissim.policy.lift import WristGeometry, lift_pixels
 from realissim.policy.vision import ImageTrunk, VisionConfig
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK
@@ -267,7 +267,7 @@ class ImageEncoder(ObservationEncoder):
             "object": np.concatenate(objects) if objects else np.zeros((0, 4 * self.objects), np.float32),
         }
         if self.lift is not None:
-            out["camera"] = self.lift.camera_poses(out["q"]) if len(out["q"]) else np.zeros((0, CAMERA_DIM), np.float32)
+            out["camera"] = self.lift.camera_poses(out["q"])
         return out
 
     def observation_inputs(self, observation: Observation) -> dict[str, np.ndarray]:
@@ -281,7 +281,7 @@ class ImageEncoder(ObservationEncoder):
             raise ValueError(f"observation: the policy expects q (B, {self.joints}), got {q.shape}")
         out = {"image": resize_images(np.asarray(source[self.camera]), self.image_size), "q": q}
         if self.lift is not None:
-            out["camera"] = self.lift.camera_poses(np.asarray(observation.q, dtype=np.float64))
+            out["camera"] = self.lift.camera_poses(q)  # from the float32 q, as in training
         return out
 
     def forward(self, inputs: Mapping[str, Tensor]) -> Tensor:
