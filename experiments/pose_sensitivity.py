@@ -8,10 +8,15 @@ position and yaw error against the truth on training and validation frames of it
 closed loop (images the environment renders while the policy acts). The head is training-only; this reads it to
 see what the encoder knows, never to act.
 
+`composed STATE_CHECKPOINT IMAGE_CHECKPOINT`: the state policy acting on the pose the image policy's head reads
+from the wrist images the environment renders (what `ModelConfig.via_pose` builds into one policy; this composes
+two separately trained ones to see whether it can work).
+
     python experiments/pose_sensitivity.py state runs/x/checkpoints/step_0020000.pt --sigma-xy 0.005 --sigma-yaw 0.02
     python experiments/pose_sensitivity.py head runs/w/checkpoints/step_0006000.pt --data data/pusht60dfar
 
-Both judge on ground truth; neither is part of a deployment (they read the twin's true object pose).
+All judge on ground truth; `state` and `head` read the twin's true object pose (not deployable); `composed`
+acts on images and q only.
 """
 
 from __future__ import annotations
@@ -116,8 +121,7 @@ class Head:
 
         def predict(inputs: dict[str, np.ndarray]) -> np.ndarray:
             with torch.no_grad():
-                cond = model.condition({k: torch.from_numpy(np.asarray(v)) for k, v in inputs.items() if k != "object"})
-                return model.aux_norm.unnormalize(model.aux_head(cond)).numpy()  # type: ignore[operator]
+                return model.estimate_pose({k: torch.from_numpy(np.asarray(v)) for k, v in inputs.items()}).numpy()
 
         meta, _ = load_checkpoint(self.checkpoint)
         dataset = Dataset(self.data)
@@ -153,9 +157,55 @@ class Head:
                  sum(r.success for r in results), len(results))  # fmt: skip
 
 
+@dataclass
+class Composed:
+    """A state policy acting on the object pose an image policy's auxiliary head reads from its images (the head
+    as a pose estimator): how far a pose estimate of that quality carries the state policy."""
+
+    state_checkpoint: tyro.conf.Positional[Path]
+    image_checkpoint: tyro.conf.Positional[Path]
+    starts: str = "pusht/select-v1"
+    limit: int | None = None
+    envs: int = 25
+    seconds: float = 60.0
+
+    def run(self) -> None:
+        task = make(self.starts.split("/")[0])
+        state = FlowPolicy.load(self.state_checkpoint, obs="state", scene=task.scene)
+        image = FlowPolicy.load(self.image_checkpoint, scene=task.scene)
+        model = image.model
+        if model.aux_head is None:
+            raise SystemExit(f"{self.image_checkpoint}: trained without the auxiliary pose head (--aux-object)")
+
+        class Estimated:
+            def reset(self) -> None:
+                state.reset()
+
+            @torch.no_grad()
+            def act(self, obs: Observation) -> ActionChunk:
+                inputs = model.encoder.observation_inputs(obs)
+                pose = model.estimate_pose({k: torch.from_numpy(np.asarray(v)) for k, v in inputs.items()}).numpy()
+                pose = pose.astype(np.float64)
+                yaw = np.arctan2(pose[:, 2], pose[:, 3])
+                pos = np.array(obs.object_pos, dtype=np.float64)
+                pos[:, 0, :2] = pose[:, :2]
+                quat = np.zeros((*pos.shape[:-1], 4))
+                quat[:, 0, 0], quat[:, 0, 3] = np.cos(yaw / 2), np.sin(yaw / 2)
+                return state.act(dataclasses.replace(obs, object_pos=pos, object_quat=quat))
+
+        starts = start_set(self.starts)[: self.limit]
+        successes = 0
+        for i in range(0, len(starts), self.envs):
+            batch = starts[i : i + self.envs]
+            env = BatchEnv(task, len(batch), image.env_config())
+            results = run_episodes(env, Estimated(), batch, self.seconds, seed=i)
+            successes += sum(r.success for r in results)
+        log.info("state policy on the head's pose: %s", rate_text(successes, len(starts)))
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    tyro.extras.subcommand_cli_from_dict({"state": State, "head": Head}).run()
+    tyro.extras.subcommand_cli_from_dict({"state": State, "head": Head, "composed": Composed}).run()
 
 
 if __name__ == "__main__":

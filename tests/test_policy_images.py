@@ -218,3 +218,106 @@ def test_lifted_wrist_keypoints_land_where_the_wrist_camera_sees_them(task: Task
     assert torch.isfinite(lift_pixels(up, camera[:1], torch.tensor(geometry.K, dtype=torch.float32), 0.035)).all()
     with pytest.raises(ValueError, match="wrist_lift"):
         ModelConfig(obs="static", wrist_lift=True)
+
+
+def test_the_torch_state_vector_equals_the_state_encoders(task: Task, image_data: Path) -> None:
+    """`state_from_pose` (what a `via_pose` policy builds from its estimate) is the state policy's own vector for
+    the recorded pose, and reads an unnormalised (sin, cos) pair as the yaw it encodes."""
+    from realissim.policy.observations import StateEncoder, state_from_pose
+    from realissim.twin.kinematics import PusherIK
+
+    encoder = StateEncoder(7, 1, PusherIK(task.scene))
+    dataset = Dataset(image_data)
+    expected = encoder.dataset_inputs(dataset, dataset.episodes)["state"]
+    a = dataset.arrays(0)
+    n = a["q"].shape[0]
+    q = torch.from_numpy(np.concatenate([dataset.arrays(e.index)["q"][...] for e in dataset.episodes]))
+    tip = torch.from_numpy(np.concatenate([dataset.arrays(e.index)["tip"][...] for e in dataset.episodes]))
+    pose = torch.from_numpy(expected[:, 7:11].copy())
+    got = state_from_pose(q, pose, tip).numpy()
+    assert got.shape == expected.shape and np.allclose(got, expected, atol=1e-5)
+    scaled = pose.clone()
+    scaled[:, 2:] *= 3.0  # the same yaw, not unit length
+    assert np.allclose(state_from_pose(q, scaled, tip).numpy(), expected, atol=1e-5)
+    assert state_from_pose(q[:n], pose[:n], None).shape == (n, 11)
+
+
+def test_a_via_pose_policy_acts_on_its_estimate_and_learns_the_actions_on_the_recorded_pose(
+    task: Task, image_data: Path, tmp_path: Path
+) -> None:
+    """`via_pose`: training conditions the velocity network on the recorded pose (the flow loss's gradient does
+    not reach the image trunk; the pose loss's does); acting and validation condition it on the head's estimate."""
+    from realissim.policy.dataset import build_samples
+
+    base = image_config("wrist")
+    config = dataclasses.replace(
+        base, model=dataclasses.replace(base.model, aux_object=1.0, via_pose=True, state_hidden=(16,)), steps=4
+    )
+    result = train(config, image_data, tmp_path / "run")
+    model = result.model
+    assert model.pose_state is not None
+    assert model.pose_state.feature_dim == 7 + 4 + 3 + 2 + 16  # q, pose, tip world, tip in the T's frame; the MLP's
+    dataset = Dataset(image_data)
+    samples = build_samples(dataset, model.encoder, dataset.episodes, 1.0, 32)
+    idx = np.arange(0, len(samples), 7)
+    inputs = {k: torch.from_numpy(np.asarray(v[idx])) for k, v in samples.inputs.items()}
+    actions, reference = torch.from_numpy(samples.actions[idx]), torch.from_numpy(samples.reference[idx])
+    moved = dict(inputs, object=inputs["object"] + torch.tensor([0.05, -0.05, 0.0, 0.0]))
+
+    model.requires_grad_(True)  # (the result holds the EMA weights, frozen)
+    model.train()
+    assert not torch.allclose(model.condition(inputs), model.condition(moved))  # teacher forcing
+    model.zero_grad()
+    model.loss_terms(inputs, actions, reference)["flow"].backward()
+    assert all(p.grad is None or not p.grad.any() for p in model.encoder.trunk.parameters())
+    assert model.velocity.parameters().__next__().grad is not None
+    model.zero_grad()
+    model.loss_terms(inputs, actions, reference)["object"].backward()
+    assert any(p.grad is not None and p.grad.any() for p in model.encoder.trunk.parameters())
+
+    model.eval()
+    with torch.no_grad():
+        acting = model.condition(inputs)
+        assert torch.equal(acting, model.condition(moved))  # the recorded pose is never read when acting
+        estimate = model.estimate_pose(inputs)
+        assert torch.allclose(acting, model.condition(dict(inputs, object=estimate)))
+    policy = FlowPolicy.load(result.checkpoint, obs="wrist", scene=task.scene)
+    assert policy.config.via_pose
+    chunk = policy.act(BatchEnv(task, 2, policy.env_config()).reset(seed=0))
+    assert chunk.q_des.shape == (2, 32, 7) and np.all(np.isfinite(chunk.q_des))
+    with pytest.raises(ValueError, match="aux_object > 0"):
+        ModelConfig(obs="wrist", via_pose=True)
+    with pytest.raises(ValueError, match="via_pose: only for image"):
+        ModelConfig(obs="state", via_pose=True, aux_object=1.0)
+
+
+def test_a_via_pose_policy_adopts_a_trained_state_policy_frozen(task: Task, image_data: Path, tmp_path: Path) -> None:
+    """`policy_from`: the image policy takes the state policy's velocity network, state MLP and normalisers as
+    they are and trains only its image encoder and pose head; a state policy of another config is refused."""
+    from realissim.policy.checkpoint import load_checkpoint
+
+    base = image_config("wrist")
+    state_model = dataclasses.replace(base.model, obs="state", state_hidden=(16,), image_size=(96, 96))
+    state = train(dataclasses.replace(base, model=state_model, steps=3), image_data, tmp_path / "state")
+    _, tensors = load_checkpoint(state.checkpoint)
+    wrist_model = dataclasses.replace(base.model, aux_object=1.0, via_pose=True, state_hidden=(16,))
+    config = dataclasses.replace(base, model=wrist_model, steps=4, policy_from=str(state.checkpoint))
+    result = train(config, image_data, tmp_path / "wrist")
+    ema = result.model.state_dict()
+    for key, value in tensors["ema"].items():
+        if key.startswith("velocity."):
+            assert torch.equal(ema[key], value), key
+        elif key.startswith("encoder."):
+            assert torch.equal(ema["pose_state." + key[len("encoder.") :]], value), key
+    assert torch.equal(ema["state_norm.scale"], tensors["ema"]["obs_norm.state.scale"])
+    first = train(dataclasses.replace(config, steps=1), image_data, tmp_path / "wrist1").model.state_dict()
+    assert not torch.equal(first["aux_head.0.weight"], ema["aux_head.0.weight"])  # the head trained
+    meta, _ = load_checkpoint(result.checkpoint)
+    assert meta["policy_from"]["path"] == str(state.checkpoint) and meta["policy_from"]["step"] == 3
+    policy = FlowPolicy.load(result.checkpoint, obs="wrist", scene=task.scene)
+    assert np.all(np.isfinite(policy.act(BatchEnv(task, 2, policy.env_config()).reset(seed=0)).q_des))
+    other = dataclasses.replace(config, model=dataclasses.replace(wrist_model, state_hidden=(8,)))
+    with pytest.raises(CheckpointError, match=r"policy_from differs in model\.state_hidden"):
+        train(other, image_data, tmp_path / "other")
+    with pytest.raises(ValueError, match="policy_from: only for"):
+        TrainConfig(model=state_model, policy_from=str(state.checkpoint))

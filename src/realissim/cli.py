@@ -372,6 +372,13 @@ class Train:
     aux_object: float = 0.0
     """Image representations, training only: weight of an auxiliary loss teaching the image encoder the
     object's pose (from the recorded twin state; unused when acting). 0: off."""
+    via_pose: bool = False
+    """Image representations: act through the object's pose — the auxiliary head (needs --aux-object > 0)
+    estimates it from the image and q, and the state policy's conditioning is built from the estimate
+    (teacher-forced in training: the network learns on the recorded pose)."""
+    policy_from: Path | None = None
+    """With --via-pose: a trained state policy's checkpoint (same dataset) to adopt, frozen; only the image
+    encoder and the pose head train."""
     checkpoint_every: int = 2000
     """Steps between checkpoints."""
     max_episodes: int | None = None
@@ -401,11 +408,13 @@ class Train:
                 camera=self.camera,
                 image_size=self.image_size,
                 aux_object=self.aux_object,
+                via_pose=self.via_pose,
             ),
             steps=self.steps,
             batch_size=self.batch_size,
             lr=self.lr,
             checkpoint_every=self.checkpoint_every,
+            policy_from=str(self.policy_from) if self.policy_from is not None else None,
             max_episodes=self.max_episodes,
             seed=self.seed,
             threads=self.threads,

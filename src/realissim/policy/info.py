@@ -16,7 +16,8 @@ def describe(checkpoint: str | Path) -> str:
     meta, tensors = load_checkpoint(path)
     c, d = meta["config"], meta["dataset"]
     m, net, flow = c["model"], c["model"]["network"], c["model"]["flow"]
-    params = sum(v.numel() for k, v in tensors["ema"].items() if k.startswith(("velocity.", "encoder.")))
+    acting = ("velocity.", "encoder.") + (("pose_state.", "aux_head.") if m.get("via_pose") else ())
+    params = sum(v.numel() for k, v in tensors["ema"].items() if k.startswith(acting))
     losses, val = np.asarray(tensors["losses"]), np.asarray(tensors["val"]).reshape(-1, 2)
     recent = f"{losses[-100:].mean():.5f} (mean of the last {min(len(losses), 100)} steps)" if len(losses) else "-"
     last_val = f"{val[-1, 1]:.5f} at step {int(val[-1, 0])}" if len(val) else "- (no validation episodes)"
@@ -27,7 +28,8 @@ def describe(checkpoint: str | Path) -> str:
             "policy",
             f"flow matching on {m['obs']!r} observations; chunks of {m['waypoints']} waypoints × "
             f"{len(meta['joint_names']) + 1} (q′, progress) over {m['horizon']:g} s; K = {flow['steps']} "
-            f"Euler steps; training times {time_sampling}",
+            f"Euler steps; training times {time_sampling}"
+            + ("; acts through the object pose its image head estimates (via_pose)" if m.get("via_pose") else ""),
         ),
         (
             "network",

@@ -18,10 +18,11 @@ from torch import Tensor, nn
 
 from realissim.policy.flow import FlowConfig, VelocityField, euler_sample, flow_loss
 from realissim.policy.normalizer import Normalizer, NormMode
-from realissim.policy.observations import ObservationEncoder, ObsKind, make_encoder
+from realissim.policy.observations import ObservationEncoder, ObsKind, StateEncoder, make_encoder, state_from_pose
 from realissim.policy.unet import ConditionalUNet1D, UNetConfig
 from realissim.policy.vision import VisionConfig
 from realissim.spec.scene import SceneSpec
+from realissim.twin.kinematics import PusherIK
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,21 @@ class ModelConfig:
     object is directly rather than only through the actions. The head is not used when acting: a deployed
     image policy still sees only its images and q. 0: off."""
 
+    via_pose: bool = False
+    """Image representations: act through the objects' pose. The auxiliary head (weight `aux_object`, which must
+    then be > 0) estimates each object's planar pose from the image features and q, and the velocity network is
+    conditioned on the state representation built from that estimate (`StateEncoder`: q, the pose and, with
+    `state_tip`, the tip features; `state_hidden` its MLP) — the state policy's conditioning, fed by the image.
+    Training is teacher-forced: the velocity network learns on the recorded twin pose and the head on the same
+    pose as its target, in one run; only acting (and validation) goes through the estimate. So the image trunk
+    is taught by the pose loss, not by the actions' gradient. Measured on the recipe's data: docs/decisions.md,
+    "Flow policy"."""
+
     def __post_init__(self) -> None:
+        if self.via_pose and self.obs == "state":
+            raise ValueError("via_pose: only for image representations (the state policy reads the pose itself)")
+        if self.via_pose and not self.aux_object > 0:
+            raise ValueError("via_pose: needs the pose head's loss weight aux_object > 0 (e.g. 1.0)")
         if self.aux_object < 0:
             raise ValueError(f"aux_object: must be ≥ 0, got {self.aux_object}")
         if self.wrist_lift and self.obs != "wrist":
@@ -103,11 +118,13 @@ LEGACY_MODEL_FIELDS: dict[str, object] = {
     "state_hidden": [],
     "image_hidden": [],
     "wrist_lift": False,
+    "via_pose": False,
 }
 """Fields whose default changed or that were added to `ModelConfig` since checkpoints were first written, with
 the value that reproduces a model stored without them (not today's default): `state_tip` was off by default until
 stop 24, `state_hidden` came in with the state MLP (before it, the state fed FiLM directly), `image_hidden` with
-the image encoder's fusion MLP, `wrist_lift` with the lifted keypoints. Read under a stored model config."""
+the image encoder's fusion MLP, `wrist_lift` with the lifted keypoints, `via_pose` with acting through the
+estimated pose. Read under a stored model config."""
 
 
 _STATE_ONLY = ("state_tip", "state_hidden")
@@ -116,21 +133,39 @@ _IMAGE_ONLY = ("image_hidden", "wrist_lift", "camera", "image_size", "vision", "
 
 def model_fields_in_use(model: dict[str, object]) -> dict[str, object]:
     """A stored or given model config (as a dict) without the fields its representation ignores (the state
-    encoder's for image kinds, the image encoder's for `state`): what two configs must agree on to be the same
-    model, e.g. to resume a run after a default of an unused field changed."""
-    unused = _IMAGE_ONLY if model.get("obs") == "state" else _STATE_ONLY
+    encoder's for image kinds unless they act `via_pose`, the image encoder's for `state`): what two configs
+    must agree on to be the same model, e.g. to resume a run after a default of an unused field changed."""
+    if model.get("obs") == "state":
+        unused: tuple[str, ...] = _IMAGE_ONLY
+    else:
+        unused = () if model.get("via_pose") else _STATE_ONLY
     return {k: v for k, v in model.items() if k not in unused}
 
 
 class FlowPolicyModel(nn.Module):
     """Chunks of `action_dim` values (J joints + progress) conditioned on `encoder`'s features."""
 
-    def __init__(self, config: ModelConfig, encoder: ObservationEncoder, action_dim: int) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        encoder: ObservationEncoder,
+        action_dim: int,
+        pose_state: StateEncoder | None = None,
+    ) -> None:
         super().__init__()
         self.config, self.encoder, self.action_dim = config, encoder, action_dim
         self.obs_norm = nn.ModuleDict({k: Normalizer(d, config.obs_norm) for k, d in encoder.input_dims().items()})
         self.action_norm = Normalizer(action_dim, config.action_norm)
-        self.velocity = ConditionalUNet1D(action_dim, encoder.feature_dim, config.network)
+        self.pose_state = pose_state
+        """`via_pose`: the state encoder fed by the estimated (acting) or recorded (training) pose."""
+        if config.via_pose:
+            if pose_state is None:
+                raise ValueError("via_pose: the model needs the state encoder its estimate feeds (build_model)")
+            if pose_state.tip is not None and getattr(encoder, "tip", None) is None:
+                raise ValueError("via_pose: the image encoder must provide the tip position for the tip features")
+            self.state_norm = Normalizer(pose_state.state_dim, config.obs_norm)
+        cond_dim = pose_state.feature_dim if config.via_pose and pose_state is not None else encoder.feature_dim
+        self.velocity = ConditionalUNet1D(action_dim, cond_dim, config.network)
         self.aux_head: nn.Module | None = None
         if config.aux_object > 0:
             if "object" not in encoder.targets:
@@ -138,6 +173,19 @@ class FlowPolicyModel(nn.Module):
             width = 4 * int(encoder.objects)
             self.aux_norm = Normalizer(width, config.obs_norm)
             self.aux_head = nn.Sequential(nn.Linear(encoder.feature_dim, 256), nn.Mish(), nn.Linear(256, width))
+
+    def freeze_policy(self) -> None:
+        """`via_pose`: stop training the velocity network, the state encoder and their normalisers (adopted from a
+        trained state policy); training then computes the pose loss alone (the flow loss would reach nothing
+        trainable: teacher forcing keeps it off the image encoder)."""
+        if self.pose_state is None:
+            raise ValueError("freeze_policy: only for a via_pose model")
+        for module in (self.velocity, self.pose_state, self.state_norm, self.action_norm):
+            module.requires_grad_(False)
+        self.policy_frozen = True
+
+    policy_frozen: bool = False
+    """Whether `freeze_policy` was called (training skips the flow loss)."""
 
     def to_generated(self, actions: Tensor, reference: Tensor) -> Tensor:
         """Chunks (B, m, A) in data units → what the network generates (relative: joints minus `reference`
@@ -162,18 +210,55 @@ class FlowPolicyModel(nn.Module):
             norm.fit(inputs[name])  # type: ignore[operator]
         if self.aux_head is not None:
             self.aux_norm.fit(inputs["object"])
+        if self.pose_state is not None:
+            tip = inputs["tip"] if self.pose_state.tip is not None else None
+            self.state_norm.fit(state_from_pose(inputs["q"], inputs["object"], tip))
         self.action_norm.fit(self.to_generated(actions, reference))
+
+    def _normalized(
+        self, inputs: Mapping[str, Tensor], noise: float = 0.0, generator: torch.Generator | None = None
+    ) -> dict[str, Tensor]:
+        """Raw inputs with the low-dimensional ones normalised (and, with `noise`, Gaussian noise of that standard
+        deviation added to them)."""
+        normed = {k: (self.obs_norm[k].normalize(v) if k in self.obs_norm else v) for k, v in inputs.items()}  # type: ignore[operator]
+        if noise > 0:
+            for k in self.obs_norm:
+                normed[k] = normed[k] + noise * torch.randn(normed[k].shape, generator=generator, dtype=normed[k].dtype)
+        return normed
+
+    def _pose_condition(
+        self,
+        inputs: Mapping[str, Tensor],
+        pose: Tensor,
+        noise: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """`via_pose`: features (B, D) of the state representation built from raw q, the tip and `pose` (B, 4K)."""
+        assert self.pose_state is not None
+        tip = inputs["tip"] if self.pose_state.tip is not None else None
+        state = self.state_norm.normalize(state_from_pose(inputs["q"], pose, tip))  # type: ignore[operator]
+        if noise > 0:
+            state = state + noise * torch.randn(state.shape, generator=generator, dtype=state.dtype)
+        return self.pose_state({"state": state})
+
+    def estimate_pose(self, inputs: Mapping[str, Tensor]) -> Tensor:
+        """With the auxiliary head: the objects' planar pose (B, 4K) (x, y m, sin yaw, cos yaw; world) it reads
+        from raw inputs (B, ...) — for `via_pose`, what the policy acts on; otherwise a diagnostic."""
+        if self.aux_head is None:
+            raise ValueError("estimate_pose: the model has no object-pose head (trained without aux_object)")
+        return self.aux_norm.unnormalize(self.aux_head(self.encoder(self._normalized(inputs))))  # type: ignore[operator]
 
     def condition(
         self, inputs: Mapping[str, Tensor], noise: float = 0.0, generator: torch.Generator | None = None
     ) -> Tensor:
         """Features (B, D) of raw inputs (B, ...); with `noise`, Gaussian noise of that standard deviation is
-        added to the normalised low-dimensional inputs (training only)."""
-        normed = {k: (self.obs_norm[k].normalize(v) if k in self.obs_norm else v) for k, v in inputs.items()}  # type: ignore[operator]
-        if noise > 0:
-            for k in self.obs_norm:
-                normed[k] = normed[k] + noise * torch.randn(normed[k].shape, generator=generator, dtype=normed[k].dtype)
-        return self.encoder(normed)
+        added to the normalised low-dimensional inputs (training only). `via_pose`: the features of the state
+        built from the head's pose estimate (in training mode, from the recorded pose inputs["object"] when
+        given: teacher forcing)."""
+        if not self.config.via_pose:
+            return self.encoder(self._normalized(inputs, noise, generator))
+        pose = inputs["object"] if self.training and "object" in inputs else self.estimate_pose(inputs)
+        return self._pose_condition(inputs, pose, noise, generator)
 
     def loss_terms(
         self,
@@ -184,15 +269,24 @@ class FlowPolicyModel(nn.Module):
     ) -> dict[str, Tensor]:
         """The scalar loss terms of chunks (B, m, A) in data units given raw inputs (B, ...) and the reference
         q′ (B, J) the twin held when each chunk was asked for: "flow" (flow matching) and, with `aux_object`,
-        "object" (mean squared error of the predicted normalised object pose; needs inputs["object"])."""
+        "object" (mean squared error of the predicted normalised object pose; needs inputs["object"]).
+        `via_pose`: in training mode the velocity network is conditioned on the recorded pose and the head
+        learns from the pose loss alone; in eval mode (validation) on the head's estimate."""
         target = self.action_norm.normalize(self.to_generated(actions, reference))
-        cond = self.condition(inputs, self.config.input_noise if self.training else 0.0, generator)
+        noise = self.config.input_noise if self.training else 0.0
+        if self.aux_head is not None and "object" not in inputs:
+            raise ValueError("aux_object: the batch has no 'object' targets (they come from the dataset)")
+        if self.config.via_pose:
+            head = self.aux_head(self.encoder(self._normalized(inputs, noise, generator)))  # type: ignore[misc]
+            pose = inputs["object"] if self.training else self.aux_norm.unnormalize(head)  # type: ignore[operator]
+            cond = self._pose_condition(inputs, pose, noise, generator)
+        else:
+            cond = self.condition(inputs, noise, generator)
+            head = self.aux_head(cond) if self.aux_head is not None else None
         terms = {"flow": flow_loss(self.velocity, target, cond, self.config.flow, generator)}
-        if self.aux_head is not None:
-            if "object" not in inputs:
-                raise ValueError("aux_object: the batch has no 'object' targets (they come from the dataset)")
+        if head is not None:
             truth = self.aux_norm.normalize(inputs["object"].float())  # type: ignore[operator]
-            terms["object"] = torch.mean((self.aux_head(cond) - truth) ** 2)
+            terms["object"] = torch.mean((head - truth) ** 2)
         return terms
 
     def loss(
@@ -203,7 +297,11 @@ class FlowPolicyModel(nn.Module):
         generator: torch.Generator | None = None,
     ) -> Tensor:
         """The training loss (scalar): the flow-matching loss plus `aux_object` × the object-pose loss (see
-        `loss_terms`)."""
+        `loss_terms`); with the policy frozen (`freeze_policy`), in training mode, the pose term alone."""
+        if self.policy_frozen and self.training:
+            pose = self.aux_head(self.encoder(self._normalized(inputs, self.config.input_noise, generator)))  # type: ignore[misc]
+            truth = self.aux_norm.normalize(inputs["object"].float())  # type: ignore[operator]
+            return self.config.aux_object * torch.mean((pose - truth) ** 2)
         terms = self.loss_terms(inputs, actions, reference, generator)
         total = terms["flow"]
         if "object" in terms:
@@ -238,8 +336,13 @@ def build_model(config: ModelConfig, scene: SceneSpec) -> FlowPolicyModel:
         config.state_hidden,
         config.image_hidden,
         config.wrist_lift,
+        image_tip=config.via_pose and config.state_tip,
     )
-    return FlowPolicyModel(config, encoder, len(scene.robot.joints) + 1)
+    pose_state = None
+    if config.via_pose:
+        tip = PusherIK(scene) if config.state_tip and scene.robot.pusher is not None else None
+        pose_state = StateEncoder(len(scene.robot.joints), len(scene.objects), tip, config.state_hidden)
+    return FlowPolicyModel(config, encoder, len(scene.robot.joints) + 1, pose_state)
 
 
 @contextlib.contextmanager

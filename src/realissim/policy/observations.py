@@ -102,6 +102,25 @@ def state_vector(q: np.ndarray, object_pos: np.ndarray, object_quat: np.ndarray)
     return np.concatenate([q, planar.reshape(*planar.shape[:-2], -1)], axis=-1).astype(np.float32)
 
 
+def state_from_pose(q: Tensor, pose: Tensor, tip: Tensor | None) -> Tensor:
+    """`StateEncoder`'s state vector (B, d) in torch, from joints q (B, J) rad, each of the K objects' planar
+    pose (B, 4K) as x, y (m, world), sin yaw, cos yaw, and (None: without tip features) the pusher tip's world
+    position (B, 3) m. (sin, cos) pairs are scaled to unit length first (an estimate need not be), so the yaw
+    they encode is what the vector holds. Differentiable in `pose`."""
+    b = len(q)
+    planar = pose.float().reshape(b, -1, 4)
+    xy, sc = planar[..., :2], planar[..., 2:]
+    sc = sc / torch.clamp(torch.linalg.vector_norm(sc, dim=-1, keepdim=True), min=1e-6)
+    parts = [q.float(), torch.cat([xy, sc], dim=-1).reshape(b, -1)]
+    if tip is not None:
+        tip = tip.float()
+        d = tip[:, None, :2] - xy  # (B, K, 2) tip relative to each object, world axes
+        s, c = sc[..., 0], sc[..., 1]
+        local = torch.stack([c * d[..., 0] + s * d[..., 1], -s * d[..., 0] + c * d[..., 1]], dim=-1)
+        parts += [tip, local.reshape(b, -1)]
+    return torch.cat(parts, dim=-1)
+
+
 def require_finite(observation: Observation, names: Sequence[str]) -> None:
     """ValueError naming the first of the observation's fields `names` that holds NaN or inf."""
     for name in names:
@@ -211,9 +230,11 @@ class ImageEncoder(ObservationEncoder):
         objects: int = 1,
         hidden: Sequence[int] = (),
         lift: WristGeometry | None = None,
+        tip: PusherIK | None = None,
     ) -> None:
         super().__init__()
         self.kind = kind  # type: ignore[misc]
+        self.tip = tip
         self.camera, self.joints, self.objects = camera, joints, objects
         self.image_size = (int(size[0]), int(size[1]))
         self.cameras = (camera,) if kind != "real" else ()
@@ -268,6 +289,9 @@ class ImageEncoder(ObservationEncoder):
         }
         if self.lift is not None:
             out["camera"] = self.lift.camera_poses(out["q"])
+        if self.tip is not None:
+            tips = [dataset.arrays(e.index)["tip"][...].astype(np.float32) for e in episodes]
+            out["tip"] = np.concatenate(tips) if tips else np.zeros((0, 3), np.float32)
         return out
 
     def observation_inputs(self, observation: Observation) -> dict[str, np.ndarray]:
@@ -282,6 +306,9 @@ class ImageEncoder(ObservationEncoder):
         out = {"image": resize_images(np.asarray(source[self.camera]), self.image_size), "q": q}
         if self.lift is not None:
             out["camera"] = self.lift.camera_poses(q)  # from the float32 q, as in training
+        if self.tip is not None:
+            tips = [self.tip.tip_position(row) for row in q.astype(np.float64)]
+            out["tip"] = np.array(tips, dtype=np.float32).reshape(-1, 3)
         return out
 
     def forward(self, inputs: Mapping[str, Tensor]) -> Tensor:
@@ -306,9 +333,12 @@ def make_encoder(
     state_hidden: Sequence[int] = (),
     image_hidden: Sequence[int] = (),
     wrist_lift: bool = False,
+    image_tip: bool = False,
 ) -> ObservationEncoder:
     """The encoder of representation `kind` for `scene`; for images, `camera` (None: "wrist" for `wrist`, the
-    scene's first camera for `static` and `real`) at `image_size`. ValueError for an unknown kind or camera."""
+    scene's first camera for `static` and `real`) at `image_size`; with `image_tip` (and a pusher), an image
+    encoder also provides the pusher tip's world position as input "tip" (for `ModelConfig.via_pose`).
+    ValueError for an unknown kind or camera."""
     joints = len(scene.robot.joints)
     if kind == "state":
         tip = PusherIK(scene) if state_tip and scene.robot.pusher is not None else None
@@ -329,4 +359,5 @@ def make_encoder(
     if wrist_lift and kind != "wrist":
         raise ValueError(f"wrist_lift: only for the wrist representation, not {kind!r}")
     lift = WristGeometry(scene, image_size) if wrist_lift else None
-    return ImageEncoder(kind, camera, image_size, joints, vision, len(scene.objects), image_hidden, lift)  # type: ignore[arg-type]
+    tip = PusherIK(scene) if image_tip and scene.robot.pusher is not None else None
+    return ImageEncoder(kind, camera, image_size, joints, vision, len(scene.objects), image_hidden, lift, tip)  # type: ignore[arg-type]

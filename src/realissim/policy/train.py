@@ -82,6 +82,11 @@ class TrainConfig:
     keep_checkpoints: int = 0
     """Newest step checkpoints kept in `checkpoints/` (0: all, for choosing one by evaluation, `realissim eval
     sweep`; `last.pt` is always kept)."""
+    policy_from: str | None = None
+    """`via_pose` only: a trained `state` policy's checkpoint (same dataset, same state and network config) whose
+    velocity network, state MLP and normalisers the image policy adopts, frozen; only the image encoder and the
+    pose head train (on the pose loss). The image policy is then that state policy acting on the estimated pose;
+    its training time is the state run's plus this run's."""
     seed: int = 0
     """Seed of the initial weights, the validation split, the batch sampler and the flow noise."""
     threads: int = 1
@@ -110,6 +115,8 @@ class TrainConfig:
             raise ValueError(f"max_episodes: must be ≥ 1 or None, got {self.max_episodes}")
         if not 0 <= self.ema_decay < 1 or not 0 <= self.val_fraction < 1:
             raise ValueError("ema_decay and val_fraction: must be in [0, 1)")
+        if self.policy_from is not None and not self.model.via_pose:
+            raise ValueError("policy_from: only for an image policy that acts through the pose (model.via_pose)")
 
 
 @dataclass(frozen=True)
@@ -176,14 +183,19 @@ class _Run:
         self.model = build_model(m, dataset.meta.scene)
         self.train = build_samples(dataset, self.model.encoder, self.train_eps, m.horizon, m.waypoints)
         self.val = build_samples(dataset, self.model.encoder, self.val_eps, m.horizon, m.waypoints)
-        fitted = set(self.model.obs_norm) | {"object"}  # (not the images: memory-mapped caches stay on disk)
+        fitted = set(self.model.obs_norm) | {"object", "tip"}  # (not the images: memory-mapped caches stay on disk)
         inputs = {k: torch.from_numpy(np.asarray(v)) for k, v in self.train.inputs.items() if k in fitted}
         self.model.fit_normalizers(inputs, torch.from_numpy(self.train.actions), torch.from_numpy(self.train.reference))
+        self.adopted: dict[str, Any] | None = None
+        """With `policy_from`: what was adopted (path, step, training minutes, dataset fingerprint)."""
+        if config.policy_from is not None:
+            self.adopted = _adopt_state_policy(self.model, Path(config.policy_from), fingerprint(dataset))
         self.ema = build_model(m, dataset.meta.scene)
         self.ema.load_state_dict(self.model.state_dict())
         self.ema.requires_grad_(False)
         self.ema.eval()  # validation without training-time noise or random crops
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
         self.sampler = np.random.default_rng(config.seed)
         self.noise = torch.Generator().manual_seed(config.seed)
         self.step, self.losses, self.val_losses = 0, [], []
@@ -244,6 +256,7 @@ class _Run:
             },
             "tip_floor": self.tip_floor,
             "tip_speed": self.tip_speed,
+            "policy_from": self.adopted,
             "code_version": code_version(),
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "step": self.step,
@@ -261,6 +274,50 @@ class _Run:
             "torch_rng": torch.get_rng_state(),
             "noise_rng": self.noise.get_state(),
         }
+
+
+_ADOPTED_FIELDS = ("state_tip", "state_hidden", "waypoints", "horizon", "network", "flow", "obs_norm", "action_norm",
+                   "actions")  # fmt: skip
+
+
+def _adopt_state_policy(model: FlowPolicyModel, path: Path, fp: str) -> dict[str, Any]:
+    """Load a trained `state` policy's velocity network, state MLP and normalisers (its EMA weights) from
+    checkpoint `path` into the `via_pose` model, and freeze them (`FlowPolicyModel.freeze_policy`).
+    CheckpointError naming the problem: not a state policy, another dataset, or a config that differs."""
+    meta, tensors = load_checkpoint(path)
+    try:
+        stored = {**LEGACY_MODEL_FIELDS, **meta["config"]["model"]}
+        fingerprint_ = meta["dataset"]["fingerprint"]
+    except (KeyError, TypeError) as err:
+        raise CheckpointError(f"{path}: malformed meta: {err}") from None
+    if stored.get("obs") != "state":
+        raise CheckpointError(f"{path}: policy_from needs a state policy, not {stored.get('obs')!r}")
+    if fingerprint_ != fp:
+        raise CheckpointError(f"{path}: policy_from was trained on another dataset (fingerprint differs)")
+    given = to_dict(model.config)
+    for name in _ADOPTED_FIELDS:
+        where = first_difference(stored.get(name), given[name], f"model.{name}", ("state policy", "this run"))
+        if where is not None:
+            raise CheckpointError(f"{path}: policy_from differs in {where}")
+    ema = tensors["ema"]
+    renamed = {"encoder.": "pose_state.", "obs_norm.state.": "state_norm.", "velocity.": "velocity.",
+               "action_norm.": "action_norm."}  # fmt: skip
+    adopted = {}
+    for key, value in ema.items():
+        for old, new in renamed.items():
+            if key.startswith(old):
+                adopted[new + key[len(old) :]] = value
+                break
+    missing, unexpected = model.load_state_dict(adopted, strict=False)
+    wanted = [k for k in model.state_dict() if k.startswith(tuple(renamed.values()))]
+    if unexpected or any(k in missing for k in wanted):
+        raise CheckpointError(f"{path}: policy_from weights do not fit (missing {missing[:3]}, unexpected "
+                              f"{unexpected[:3]})")  # fmt: skip
+    model.freeze_policy()
+    info = {"path": str(path), "step": meta.get("step"), "train_wall_s": meta.get("train_wall_s"), "fingerprint": fp}
+    log.info("adopted the state policy %s (step %s, %.1f min of training), frozen", path, info["step"],
+             (info["train_wall_s"] or 0.0) / 60)  # fmt: skip
+    return info
 
 
 def _check_resume(meta: dict[str, Any], config: TrainConfig, fp: str, path: Path) -> None:

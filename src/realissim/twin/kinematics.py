@@ -128,14 +128,15 @@ class ChainKinematics:
             body = int(model.body_parentid[body])
         self.nq, self.nv = model.nq, model.nv
         self._qpos0 = model.qpos0.copy()
-        self._bodies: list[tuple[np.ndarray, np.ndarray, list[tuple[int, int, np.ndarray, np.ndarray]]]] = []
+        self._bodies: list[tuple[np.ndarray, np.ndarray, list[tuple[int, int, np.ndarray, np.ndarray, _Axis]]]] = []
         for b in reversed(chain):
             joints = []
             for j in range(model.body_jntadr[b], model.body_jntadr[b] + model.body_jntnum[b]):
                 if model.jnt_type[j] != mujoco.mjtJoint.mjJNT_HINGE:
                     raise ValueError(f"ChainKinematics: joint {j} of the chain to {site!r} is not a hinge")
-                joints.append((int(model.jnt_qposadr[j]), int(model.jnt_dofadr[j]),
-                               model.jnt_pos[j].copy(), model.jnt_axis[j].copy()))  # fmt: skip
+                axis = model.jnt_axis[j].copy()
+                joints.append((int(model.jnt_qposadr[j]), int(model.jnt_dofadr[j]), model.jnt_pos[j].copy(), axis,
+                               _Axis(axis)))  # fmt: skip
             self._bodies.append((model.body_pos[b].copy(), _quat_mat(model.body_quat[b]), joints))
         self._site_pos = model.site_pos[sid].copy()
         self._site_rot = _quat_mat(model.site_quat[sid])
@@ -153,10 +154,10 @@ class ChainKinematics:
         for body_pos, body_rot, joints in self._bodies:
             pos = pos + rot @ body_pos
             rot = rot @ body_rot
-            for qadr, dof, jpos, jaxis in joints:
+            for qadr, dof, jpos, jaxis, rodrigues in joints:
                 anchor = pos + rot @ jpos
                 axes.append((dof, anchor, rot @ jaxis))
-                rot = rot @ _axis_angle(jaxis, q[:, qadr] - self._qpos0[qadr])
+                rot = rot @ rodrigues(q[:, qadr] - self._qpos0[qadr])
                 pos = anchor - rot @ jpos
         site = pos + rot @ self._site_pos
         site_rot = rot @ self._site_rot
@@ -175,11 +176,18 @@ def _quat_mat(quat: np.ndarray) -> np.ndarray:
     return out.reshape(3, 3)
 
 
-def _axis_angle(axis: np.ndarray, angle: np.ndarray) -> np.ndarray:
-    """Rotation matrices (N, 3, 3) about the unit `axis` (3,) by `angle` (N,) rad (Rodrigues)."""
-    k = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
-    s, c = np.sin(angle)[:, None, None], np.cos(angle)[:, None, None]
-    return np.eye(3) + s * k + (1.0 - c) * (k @ k)
+class _Axis:
+    """Rotations about one fixed unit axis (3,): its cross-product matrix K and K² computed once."""
+
+    def __init__(self, axis: np.ndarray) -> None:
+        self.k = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
+        self.kk = self.k @ self.k
+        self.eye = np.eye(3)
+
+    def __call__(self, angle: np.ndarray) -> np.ndarray:
+        """Rotation matrices (N, 3, 3) by `angle` (N,) rad (Rodrigues: I + sin·K + (1 − cos)·K²)."""
+        s, c = np.sin(angle)[:, None, None], np.cos(angle)[:, None, None]
+        return self.eye + s * self.k + (1.0 - c) * self.kk
 
 
 def _skew(v: np.ndarray) -> np.ndarray:
