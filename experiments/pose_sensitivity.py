@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,17 +32,36 @@ import torch
 import tyro
 
 from realissim.data.reader import Dataset
-from realissim.envs import BatchEnv
+from realissim.envs import BatchEnv, EnvConfig
 from realissim.eval.episode import run_episodes
 from realissim.eval.stats import rate_text
 from realissim.geometry import quat_yaw
-from realissim.policy import ActionChunk, Observation
+from realissim.policy import ActionChunk, Observation, Policy
 from realissim.policy.checkpoint import load_checkpoint
 from realissim.policy.flow_policy import FlowPolicy
 from realissim.policy.observations import state_vector
-from realissim.tasks import make, start_set
+from realissim.spec.state import StartState
+from realissim.tasks import Task, make, start_set
 
 log = logging.getLogger("pose_sensitivity")
+
+
+def _yaw_quats(yaw: np.ndarray) -> np.ndarray:
+    """Quaternions (..., 4) wxyz of rotations by `yaw` (...) rad about world z."""
+    zero = np.zeros_like(yaw)
+    return np.stack([np.cos(yaw / 2), zero, zero, np.sin(yaw / 2)], axis=-1)
+
+
+def _successes(task: Task, starts: Sequence[StartState], envs: int, seconds: float, config: EnvConfig,
+               policy_for: Callable[[int], Policy]) -> int:  # fmt: skip
+    """Ground-truth successes of the policy `policy_for(i)` over `starts` in batches of `envs` (i: the batch's
+    first start, also its seed)."""
+    successes = 0
+    for i in range(0, len(starts), envs):
+        batch = starts[i : i + envs]
+        results = run_episodes(BatchEnv(task, len(batch), config), policy_for(i), batch, seconds, seed=i)
+        successes += sum(r.success for r in results)
+    return successes
 
 
 class NoisyPose:
@@ -58,8 +78,7 @@ class NoisyPose:
         pos = np.array(obs.object_pos, dtype=np.float64)
         pos[..., :2] += self.rng.normal(0.0, self.sigma_xy, pos[..., :2].shape)
         yaw = quat_yaw(obs.object_quat) + self.rng.normal(0.0, self.sigma_yaw, pos.shape[:-1])
-        quat = np.stack([np.cos(yaw / 2), np.zeros_like(yaw), np.zeros_like(yaw), np.sin(yaw / 2)], axis=-1)
-        return self.inner.act(dataclasses.replace(obs, object_pos=pos, object_quat=quat))
+        return self.inner.act(dataclasses.replace(obs, object_pos=pos, object_quat=_yaw_quats(yaw)))
 
 
 @dataclass
@@ -81,12 +100,8 @@ class State:
         task = make(self.starts.split("/")[0])
         policy = FlowPolicy.load(self.checkpoint, obs="state", scene=task.scene)
         starts = start_set(self.starts)[: self.limit]
-        successes = 0
-        for i in range(0, len(starts), self.envs):
-            batch = starts[i : i + self.envs]
-            noisy = NoisyPose(policy, self.sigma_xy, self.sigma_yaw, seed=i)
-            results = run_episodes(BatchEnv(task, len(batch), policy.env_config()), noisy, batch, self.seconds, seed=i)
-            successes += sum(r.success for r in results)
+        successes = _successes(task, starts, self.envs, self.seconds, policy.env_config(),
+                               lambda i: NoisyPose(policy, self.sigma_xy, self.sigma_yaw, seed=i))  # fmt: skip
         log.info("σ_xy %.4f m, σ_yaw %.3f rad: %s", self.sigma_xy, self.sigma_yaw, rate_text(successes, len(starts)))
 
 
@@ -185,21 +200,14 @@ class Composed:
             def act(self, obs: Observation) -> ActionChunk:
                 inputs = model.encoder.observation_inputs(obs)
                 pose = model.estimate_pose({k: torch.from_numpy(np.asarray(v)) for k, v in inputs.items()}).numpy()
-                pose = pose.astype(np.float64)
-                yaw = np.arctan2(pose[:, 2], pose[:, 3])
+                planar = pose.astype(np.float64).reshape(len(pose), -1, 4)  # (B, K, 4): x, y, sin, cos
                 pos = np.array(obs.object_pos, dtype=np.float64)
-                pos[:, 0, :2] = pose[:, :2]
-                quat = np.zeros((*pos.shape[:-1], 4))
-                quat[:, 0, 0], quat[:, 0, 3] = np.cos(yaw / 2), np.sin(yaw / 2)
+                pos[..., :2] = planar[..., :2]
+                quat = _yaw_quats(np.arctan2(planar[..., 2], planar[..., 3]))
                 return state.act(dataclasses.replace(obs, object_pos=pos, object_quat=quat))
 
         starts = start_set(self.starts)[: self.limit]
-        successes = 0
-        for i in range(0, len(starts), self.envs):
-            batch = starts[i : i + self.envs]
-            env = BatchEnv(task, len(batch), image.env_config())
-            results = run_episodes(env, Estimated(), batch, self.seconds, seed=i)
-            successes += sum(r.success for r in results)
+        successes = _successes(task, starts, self.envs, self.seconds, image.env_config(), lambda i: Estimated())
         log.info("state policy on the head's pose: %s", rate_text(successes, len(starts)))
 
 

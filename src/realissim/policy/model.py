@@ -22,7 +22,6 @@ from realissim.policy.observations import ObservationEncoder, ObsKind, StateEnco
 from realissim.policy.unet import ConditionalUNet1D, UNetConfig
 from realissim.policy.vision import VisionConfig
 from realissim.spec.scene import SceneSpec
-from realissim.twin.kinematics import PusherIK
 
 
 @dataclass(frozen=True)
@@ -158,6 +157,8 @@ class FlowPolicyModel(nn.Module):
         self.action_norm = Normalizer(action_dim, config.action_norm)
         self.pose_state = pose_state
         """`via_pose`: the state encoder fed by the estimated (acting) or recorded (training) pose."""
+        self.policy_frozen = False
+        """Whether `freeze_policy` was called (training then skips the flow loss)."""
         if config.via_pose:
             if pose_state is None:
                 raise ValueError("via_pose: the model needs the state encoder its estimate feeds (build_model)")
@@ -183,9 +184,6 @@ class FlowPolicyModel(nn.Module):
         for module in (self.velocity, self.pose_state, self.state_norm, self.action_norm):
             module.requires_grad_(False)
         self.policy_frozen = True
-
-    policy_frozen: bool = False
-    """Whether `freeze_policy` was called (training skips the flow loss)."""
 
     def to_generated(self, actions: Tensor, reference: Tensor) -> Tensor:
         """Chunks (B, m, A) in data units → what the network generates (relative: joints minus `reference`
@@ -241,12 +239,22 @@ class FlowPolicyModel(nn.Module):
             state = state + noise * torch.randn(state.shape, generator=generator, dtype=state.dtype)
         return self.pose_state({"state": state})
 
+    def _pose_head(
+        self, inputs: Mapping[str, Tensor], noise: float = 0.0, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """`via_pose`: the head's normalised pose (B, 4K) from the image encoder's features of raw inputs."""
+        return self.aux_head(self.encoder(self._normalized(inputs, noise, generator)))  # type: ignore[misc]
+
+    def _pose_error(self, head: Tensor, inputs: Mapping[str, Tensor]) -> Tensor:
+        """Mean squared error (scalar) of a normalised pose (B, 4K) against the recorded inputs["object"]."""
+        return torch.mean((head - self.aux_norm.normalize(inputs["object"].float())) ** 2)  # type: ignore[operator]
+
     def estimate_pose(self, inputs: Mapping[str, Tensor]) -> Tensor:
         """With the auxiliary head: the objects' planar pose (B, 4K) (x, y m, sin yaw, cos yaw; world) it reads
         from raw inputs (B, ...) — for `via_pose`, what the policy acts on; otherwise a diagnostic."""
         if self.aux_head is None:
             raise ValueError("estimate_pose: the model has no object-pose head (trained without aux_object)")
-        return self.aux_norm.unnormalize(self.aux_head(self.encoder(self._normalized(inputs))))  # type: ignore[operator]
+        return self.aux_norm.unnormalize(self._pose_head(inputs))  # type: ignore[operator]
 
     def condition(
         self, inputs: Mapping[str, Tensor], noise: float = 0.0, generator: torch.Generator | None = None
@@ -277,7 +285,7 @@ class FlowPolicyModel(nn.Module):
         if self.aux_head is not None and "object" not in inputs:
             raise ValueError("aux_object: the batch has no 'object' targets (they come from the dataset)")
         if self.config.via_pose:
-            head = self.aux_head(self.encoder(self._normalized(inputs, noise, generator)))  # type: ignore[misc]
+            head = self._pose_head(inputs, noise, generator)
             pose = inputs["object"] if self.training else self.aux_norm.unnormalize(head)  # type: ignore[operator]
             cond = self._pose_condition(inputs, pose, noise, generator)
         else:
@@ -285,8 +293,7 @@ class FlowPolicyModel(nn.Module):
             head = self.aux_head(cond) if self.aux_head is not None else None
         terms = {"flow": flow_loss(self.velocity, target, cond, self.config.flow, generator)}
         if head is not None:
-            truth = self.aux_norm.normalize(inputs["object"].float())  # type: ignore[operator]
-            terms["object"] = torch.mean((head - truth) ** 2)
+            terms["object"] = self._pose_error(head, inputs)
         return terms
 
     def loss(
@@ -299,9 +306,8 @@ class FlowPolicyModel(nn.Module):
         """The training loss (scalar): the flow-matching loss plus `aux_object` × the object-pose loss (see
         `loss_terms`); with the policy frozen (`freeze_policy`), in training mode, the pose term alone."""
         if self.policy_frozen and self.training:
-            pose = self.aux_head(self.encoder(self._normalized(inputs, self.config.input_noise, generator)))  # type: ignore[misc]
-            truth = self.aux_norm.normalize(inputs["object"].float())  # type: ignore[operator]
-            return self.config.aux_object * torch.mean((pose - truth) ** 2)
+            head = self._pose_head(inputs, self.config.input_noise, generator)
+            return self.config.aux_object * self._pose_error(head, inputs)
         terms = self.loss_terms(inputs, actions, reference, generator)
         total = terms["flow"]
         if "object" in terms:
@@ -339,8 +345,8 @@ def build_model(config: ModelConfig, scene: SceneSpec) -> FlowPolicyModel:
         image_tip=config.via_pose and config.state_tip,
     )
     pose_state = None
-    if config.via_pose:
-        tip = PusherIK(scene) if config.state_tip and scene.robot.pusher is not None else None
+    if config.via_pose:  # the encoder's tip kinematics (from image_tip), shared
+        tip = getattr(encoder, "tip", None)
         pose_state = StateEncoder(len(scene.robot.joints), len(scene.objects), tip, config.state_hidden)
     return FlowPolicyModel(config, encoder, len(scene.robot.joints) + 1, pose_state)
 
