@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import mink
 import mujoco
 import numpy as np
+from numba import njit
 from numpy.typing import ArrayLike
 
 from realissim.assets import panda
@@ -112,8 +113,9 @@ class PusherIK:
 
 class ChainKinematics:
     """Forward kinematics and Jacobians of one site of a MuJoCo model whose site hangs from a serial chain of
-    hinge joints (a robot arm), vectorised over any number of configurations at once — the same numbers as
-    `mj_kinematics` and `mj_jacSite` (to float rounding; tested), without a Python loop per configuration.
+    hinge joints (a robot arm), for any number of configurations at once — the same numbers as `mj_kinematics`
+    and `mj_jacSite` (to float rounding; tested). The chain is walked in one compiled (numba) loop per
+    configuration: a call costs microseconds, so callers may call it once per waypoint.
 
     Shapes: q (N, nq) rad (the model's qpos); positions (N, 3) m and rotations (N, 3, 3) in the world frame;
     Jacobians (N, 3, nv) (linear, m/rad; angular, rad/rad)."""
@@ -127,67 +129,117 @@ class ChainKinematics:
             chain.append(body)
             body = int(model.body_parentid[body])
         self.nq, self.nv = model.nq, model.nv
-        self._qpos0 = model.qpos0.copy()
-        self._bodies: list[tuple[np.ndarray, np.ndarray, list[tuple[int, int, np.ndarray, np.ndarray, _Axis]]]] = []
+        body_pos, body_rot, first, joints = [], [], [0], []
         for b in reversed(chain):
-            joints = []
+            body_pos.append(model.body_pos[b])
+            body_rot.append(_quat_mat(model.body_quat[b]))
             for j in range(model.body_jntadr[b], model.body_jntadr[b] + model.body_jntnum[b]):
                 if model.jnt_type[j] != mujoco.mjtJoint.mjJNT_HINGE:
                     raise ValueError(f"ChainKinematics: joint {j} of the chain to {site!r} is not a hinge")
-                axis = model.jnt_axis[j].copy()
-                joints.append((int(model.jnt_qposadr[j]), int(model.jnt_dofadr[j]), model.jnt_pos[j].copy(), axis,
-                               _Axis(axis)))  # fmt: skip
-            self._bodies.append((model.body_pos[b].copy(), _quat_mat(model.body_quat[b]), joints))
-        self._site_pos = model.site_pos[sid].copy()
-        self._site_rot = _quat_mat(model.site_quat[sid])
+                joints.append(j)
+            first.append(len(joints))
+        j = np.array(joints, dtype=np.int64)
+        axis = model.jnt_axis[j].reshape(-1, 3)
+        k = np.zeros((len(j), 3, 3))
+        k[:, 0, 1], k[:, 0, 2], k[:, 1, 2] = -axis[:, 2], axis[:, 1], -axis[:, 0]
+        k[:, 1, 0], k[:, 2, 0], k[:, 2, 1] = axis[:, 2], -axis[:, 1], axis[:, 0]
+        self._chain = (
+            np.array(body_pos, dtype=np.float64).reshape(-1, 3),  # per body: offset (3,) and rotation (3, 3) ...
+            np.array(body_rot, dtype=np.float64).reshape(-1, 3, 3),
+            np.array(first, dtype=np.int64),  # ... and its joints first[b]:first[b + 1]
+            model.jnt_qposadr[j].astype(np.int64),
+            model.jnt_dofadr[j].astype(np.int64),
+            model.qpos0[model.jnt_qposadr[j]].astype(np.float64),
+            model.jnt_pos[j].reshape(-1, 3).astype(np.float64),
+            axis.astype(np.float64),
+            k,  # Rodrigues: R(θ) = I + sin θ K + (1 − cos θ) K²
+            k @ k,
+            model.site_pos[sid].astype(np.float64),
+            _quat_mat(model.site_quat[sid]),
+        )
 
     def forward(self, q: np.ndarray, jacobians: bool = False) -> tuple[np.ndarray, ...]:
         """(position (N, 3), rotation (N, 3, 3)) of the site at joints q (N, nq); with `jacobians`, also its
         linear and angular Jacobians (N, 3, nv)."""
-        q = np.asarray(q, dtype=np.float64)
+        q = np.ascontiguousarray(q, dtype=np.float64)
         if q.ndim != 2 or q.shape[1] != self.nq:
             raise ValueError(f"ChainKinematics: q must be (N, {self.nq}), got {q.shape}")
         n = len(q)
-        rot = np.broadcast_to(np.eye(3), (n, 3, 3)).copy()
-        pos = np.zeros((n, 3))
-        axes = []
-        for body_pos, body_rot, joints in self._bodies:
-            pos = pos + rot @ body_pos
-            rot = rot @ body_rot
-            for qadr, dof, jpos, jaxis, rodrigues in joints:
-                anchor = pos + rot @ jpos
-                axes.append((dof, anchor, rot @ jaxis))
-                rot = rot @ rodrigues(q[:, qadr] - self._qpos0[qadr])
-                pos = anchor - rot @ jpos
-        site = pos + rot @ self._site_pos
-        site_rot = rot @ self._site_rot
-        if not jacobians:
-            return site, site_rot
-        jacp, jacr = np.zeros((n, 3, self.nv)), np.zeros((n, 3, self.nv))
-        for dof, anchor, axis in axes:
-            jacp[:, :, dof] = np.cross(axis, site - anchor)
-            jacr[:, :, dof] = axis
-        return site, site_rot, jacp, jacr
+        site, rot = np.empty((n, 3)), np.empty((n, 3, 3))
+        jacp = np.zeros((n, 3, self.nv) if jacobians else (0, 3, self.nv))
+        jacr = np.zeros_like(jacp)
+        _chain_kernel(q, *self._chain, site, rot, jacp, jacr)
+        return (site, rot, jacp, jacr) if jacobians else (site, rot)
+
+
+@njit(cache=True)
+def _chain_kernel(  # pragma: no cover - numba
+    q, body_pos, body_rot, first, qadr, dofadr, qpos0, jnt_pos, jnt_axis, k, kk, site_pos, site_rot,
+    out_pos, out_rot, jacp, jacr,
+):  # fmt: skip
+    """Walks the chain for each row of q: the site's position and rotation into out_pos, out_rot, and (when
+    jacp has rows) the Jacobian columns of each hinge: linear axis × (site − anchor), angular the axis."""
+    nj = len(qadr)
+    anchors, axes = np.empty((nj, 3)), np.empty((nj, 3))
+    r, r2, rj = np.empty((3, 3)), np.empty((3, 3)), np.empty((3, 3))
+    p, v = np.empty(3), np.empty(3)
+    for n in range(q.shape[0]):
+        r[:] = 0.0
+        r[0, 0] = r[1, 1] = r[2, 2] = 1.0
+        p[:] = 0.0
+        for b in range(len(first) - 1):
+            _matvec3(r, body_pos[b], v)
+            p += v
+            _matmul3(r, body_rot[b], r2)
+            r[:] = r2
+            for j in range(first[b], first[b + 1]):
+                _matvec3(r, jnt_pos[j], v)
+                anchors[j] = p + v
+                _matvec3(r, jnt_axis[j], axes[j])
+                angle = q[n, qadr[j]] - qpos0[j]
+                s, c = np.sin(angle), 1.0 - np.cos(angle)
+                for a in range(3):
+                    for e in range(3):
+                        rj[a, e] = (1.0 if a == e else 0.0) + s * k[j, a, e] + c * kk[j, a, e]
+                _matmul3(r, rj, r2)
+                r[:] = r2
+                _matvec3(r, jnt_pos[j], v)
+                p[:] = anchors[j] - v
+        _matvec3(r, site_pos, v)
+        out_pos[n] = p + v
+        _matmul3(r, site_rot, out_rot[n])
+        if jacp.shape[0] > 0:
+            for j in range(nj):
+                d0 = out_pos[n, 0] - anchors[j, 0]
+                d1 = out_pos[n, 1] - anchors[j, 1]
+                d2 = out_pos[n, 2] - anchors[j, 2]
+                a0, a1, a2 = axes[j, 0], axes[j, 1], axes[j, 2]
+                dof = dofadr[j]
+                jacp[n, 0, dof] = a1 * d2 - a2 * d1
+                jacp[n, 1, dof] = a2 * d0 - a0 * d2
+                jacp[n, 2, dof] = a0 * d1 - a1 * d0
+                jacr[n, 0, dof], jacr[n, 1, dof], jacr[n, 2, dof] = a0, a1, a2
+
+
+@njit(cache=True, inline="always")
+def _matvec3(a, x, out):  # pragma: no cover - numba
+    """out = a @ x for a 3 × 3 matrix and a 3-vector (out must not alias x)."""
+    for i in range(3):
+        out[i] = a[i, 0] * x[0] + a[i, 1] * x[1] + a[i, 2] * x[2]
+
+
+@njit(cache=True, inline="always")
+def _matmul3(a, b, out):  # pragma: no cover - numba
+    """out = a @ b for 3 × 3 matrices (out must not alias a or b)."""
+    for i in range(3):
+        for e in range(3):
+            out[i, e] = a[i, 0] * b[0, e] + a[i, 1] * b[1, e] + a[i, 2] * b[2, e]
 
 
 def _quat_mat(quat: np.ndarray) -> np.ndarray:
     out = np.zeros(9)
     mujoco.mju_quat2Mat(out, np.asarray(quat, dtype=np.float64))
     return out.reshape(3, 3)
-
-
-class _Axis:
-    """Rotations about one fixed unit axis (3,): its cross-product matrix K and K² computed once."""
-
-    def __init__(self, axis: np.ndarray) -> None:
-        self.k = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
-        self.kk = self.k @ self.k
-        self.eye = np.eye(3)
-
-    def __call__(self, angle: np.ndarray) -> np.ndarray:
-        """Rotation matrices (N, 3, 3) by `angle` (N,) rad (Rodrigues: I + sin·K + (1 − cos)·K²)."""
-        s, c = np.sin(angle)[:, None, None], np.cos(angle)[:, None, None]
-        return self.eye + s * self.k + (1.0 - c) * self.kk
 
 
 def _skew(v: np.ndarray) -> np.ndarray:
