@@ -78,8 +78,7 @@ class BatchEnv:
             self.twins.step()
             self._frame += 1
             if observer is not None:
-                state = self.twins.state()
-                observer(FrameInfo(self, self._frame, state.time, state, targets[k], progress[k]))
+                observer(FrameInfo(self, self._frame, self.twins.time, self.twins.state, targets[k], progress[k]))
         self._command = targets[-1]
         info = StepInfo(n, self.twins.state().time, progress, np.zeros(self.size, dtype=bool))
         return self.observe(), info

@@ -61,12 +61,23 @@ class FrameInfo:
     """Frames since the reset, this one included."""
     time: np.ndarray
     """() or (B,) twin time after the frame, s."""
-    state: TwinState
+    source: TwinState | Callable[[], TwinState]
+    """The twin's state after the frame, or how to read it (`state` reads it on first access)."""
     target: np.ndarray
     """([B,] J) the desired joints commanded this frame, rad."""
     progress: np.ndarray
     """() or (B,) the policy's progress at this frame (interpolated between its waypoints)."""
     report: FrameReport | None = None
+
+    @property
+    def state(self) -> TwinState:
+        """The twin's state after the frame (copies). A batch's is read on first access — during the observer's
+        call, while the twins are still at this frame — so observers that do not need it (the episode's judge)
+        do not pay for it every frame."""
+        if not isinstance(self.source, TwinState):
+            object.__setattr__(self, "source", self.source())
+        assert isinstance(self.source, TwinState)
+        return self.source
 
 
 FrameObserver = Callable[[FrameInfo], None]

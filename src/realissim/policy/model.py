@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from realissim.policy.flow import FlowConfig, VelocityField, euler_sample, flow_loss
+from realissim.policy.layers import Mish
 from realissim.policy.normalizer import Normalizer, NormMode
 from realissim.policy.observations import ObservationEncoder, ObsKind, StateEncoder, make_encoder, state_from_pose
 from realissim.policy.unet import ConditionalUNet1D, UNetConfig
@@ -173,7 +174,7 @@ class FlowPolicyModel(nn.Module):
                 raise ValueError(f"aux_object: the {config.obs!r} encoder provides no object-pose targets")
             width = 4 * int(encoder.objects)
             self.aux_norm = Normalizer(width, config.obs_norm)
-            self.aux_head = nn.Sequential(nn.Linear(encoder.feature_dim, 256), nn.Mish(), nn.Linear(256, width))
+            self.aux_head = nn.Sequential(nn.Linear(encoder.feature_dim, 256), Mish(), nn.Linear(256, width))
 
     def freeze_policy(self) -> None:
         """`via_pose`: stop training the velocity network, the state encoder and their normalisers (adopted from a

@@ -29,6 +29,7 @@ from realissim.data.schema import DatasetError, EpisodeInfo
 from realissim.geometry import quat_yaw
 from realissim.policy.base import Observation
 from realissim.policy.image_cache import RenderCache
+from realissim.policy.layers import Mish
 from realissim.policy.lift import WristGeometry, lift_pixels
 from realissim.policy.vision import ImageTrunk, VisionConfig
 from realissim.spec.scene import SceneSpec
@@ -89,7 +90,7 @@ def _mlp(width: int, hidden: Sequence[int], name: str) -> nn.Sequential | None:
         raise ValueError(f"{name}: widths must be ≥ 1, got {tuple(hidden)}")
     layers: list[nn.Module] = []
     for w in hidden:
-        layers += [nn.Linear(width, int(w)), nn.Mish()]
+        layers += [nn.Linear(width, int(w)), Mish()]
         width = int(w)
     return nn.Sequential(*layers) if layers else None
 

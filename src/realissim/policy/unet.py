@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from realissim.policy.layers import Mish
+
 
 @dataclass(frozen=True)
 class UNetConfig:
@@ -54,7 +56,7 @@ class ConvBlock(nn.Module):
     def __init__(self, c_in: int, c_out: int, kernel: int, groups: int) -> None:
         super().__init__()
         self.net = nn.Sequential(
-            nn.Conv1d(c_in, c_out, kernel, padding=kernel // 2), nn.GroupNorm(groups, c_out), nn.Mish()
+            nn.Conv1d(c_in, c_out, kernel, padding=kernel // 2), nn.GroupNorm(groups, c_out), Mish()
         )
 
     def forward(self, x: Tensor) -> Tensor:
@@ -69,7 +71,7 @@ class FiLMResBlock(nn.Module):
         super().__init__()
         self.first = ConvBlock(c_in, c_out, kernel, groups)
         self.second = ConvBlock(c_out, c_out, kernel, groups)
-        self.film = nn.Sequential(nn.Mish(), nn.Linear(cond_dim, 2 * c_out))
+        self.film = nn.Sequential(Mish(), nn.Linear(cond_dim, 2 * c_out))
         self.skip = nn.Conv1d(c_in, c_out, 1) if c_in != c_out else nn.Identity()
 
     def forward(self, x: Tensor, cond: Tensor) -> Tensor:
@@ -101,7 +103,7 @@ class ConditionalUNet1D(nn.Module):
         super().__init__()
         self.config = config
         td, ch = config.time_dim, config.channels
-        self.time_mlp = nn.Sequential(nn.Linear(td, 4 * td), nn.Mish(), nn.Linear(4 * td, td))
+        self.time_mlp = nn.Sequential(nn.Linear(td, 4 * td), Mish(), nn.Linear(4 * td, td))
         d = td + cond_dim
         self.down = nn.ModuleList(
             Level(c_in, c_out, d, config) for c_in, c_out in itertools.pairwise((action_dim, *ch))

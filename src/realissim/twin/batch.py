@@ -118,6 +118,11 @@ class TwinBatch:
             raise PhysicsDivergedError(body, self.frame, f"twin {b}: {reason}", list(self._history))
 
     @property
+    def time(self) -> np.ndarray:
+        """(B,) every twin's time, s (a copy)."""
+        return self._time.copy()
+
+    @property
     def qpos(self) -> np.ndarray:
         """(B, nq) every twin's MuJoCo positions (a copy), e.g. for body poses by kinematics."""
         return self._qpos.copy()
