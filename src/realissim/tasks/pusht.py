@@ -181,15 +181,16 @@ def coverage(
     Compiled (numba): the same operations in the same order as `coverage_reference`, so the same bits (tested),
     in ~2 µs instead of ~30: it judges every environment of an evaluation several times a second.
     """
-    rects = _rect_array(block)
+    rects, area = _rect_array(block)
     tx, ty, c, s = _placed(pos, quat, goal_pos, goal_quat)
-    area = sum((x1 - x0) * (y1 - y0) for x0, x1, y0, y1 in _rects(block))
     return min(1.0, _intersection_kernel(rects, tx, ty, c, s) / area)
 
 
 @functools.cache
-def _rect_array(block: TBlock) -> np.ndarray:
-    return np.array(_rects(block), dtype=np.float64).reshape(-1, 4)
+def _rect_array(block: TBlock) -> tuple[np.ndarray, float]:
+    """The block's rectangles (R, 4) for the kernel, and its area (summed as `coverage_reference` sums it)."""
+    rects = _rects(block)
+    return np.array(rects, dtype=np.float64).reshape(-1, 4), sum((x1 - x0) * (y1 - y0) for x0, x1, y0, y1 in rects)
 
 
 @njit(cache=True)

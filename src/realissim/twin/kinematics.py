@@ -140,9 +140,7 @@ class ChainKinematics:
             first.append(len(joints))
         j = np.array(joints, dtype=np.int64)
         axis = model.jnt_axis[j].reshape(-1, 3)
-        k = np.zeros((len(j), 3, 3))
-        k[:, 0, 1], k[:, 0, 2], k[:, 1, 2] = -axis[:, 2], axis[:, 1], -axis[:, 0]
-        k[:, 1, 0], k[:, 2, 0], k[:, 2, 1] = axis[:, 2], -axis[:, 1], axis[:, 0]
+        k = _skew(axis)
         self._chain = (
             np.array(body_pos, dtype=np.float64).reshape(-1, 3),  # per body: offset (3,) and rotation (3, 3) ...
             np.array(body_rot, dtype=np.float64).reshape(-1, 3, 3),
