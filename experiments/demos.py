@@ -62,6 +62,8 @@ class Args:
     """Online evaluation on the first N starts of pusht/online-v1 (None: all 20)."""
     online: bool = True
     """Also evaluate online."""
+    threads: int = 1
+    """Torch threads for training (`TrainConfig.threads`: 2 is faster on an otherwise idle 2-core machine)."""
 
 
 def main(args: Args) -> None:
@@ -75,7 +77,7 @@ def main(args: Args) -> None:
         run = args.out / f"state_{n}"
         model = ModelConfig(obs="state", state_hidden=args.state_hidden)
         train_arm(data, run, TrainConfig(model=model, steps=args.steps, max_episodes=n,
-                                         checkpoint_every=max(args.steps // 5, 1)))  # fmt: skip
+                                         checkpoint_every=max(args.steps // 5, 1), threads=args.threads))  # fmt: skip
         chosen, about = choose_checkpoint(run, limit=args.select_limit)
         offline = test_offline(chosen, run / "eval_v1", limit=args.test_limit)
         online = test_online(chosen, run / "online_v1", limit=args.online_limit) if args.online else None

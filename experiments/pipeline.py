@@ -87,9 +87,11 @@ def test_online(
         task = make(starts.partition("/")[0])
         policy = FlowPolicy.load(checkpoint, scene=task.scene)
         world = SurrogateConfig(camera_size=(160, 90))
+        about = {"checkpoint": str(checkpoint), "starts": starts, "trials": trials}
         report = evaluate_online(task, policy, start_set(starts)[:limit], trials, 60.0,
-                                 policy.env_config(EnvConfig()), world)  # fmt: skip
-        write_online_report(report, out, {"checkpoint": str(checkpoint), "starts": starts, "trials": trials})
+                                 policy.env_config(EnvConfig()), world,
+                                 journal=out / "episodes.jsonl", journal_key=about | {"limit": limit})  # fmt: skip
+        write_online_report(report, out, about)
     return json.loads(done.read_text())
 
 

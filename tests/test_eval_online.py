@@ -9,6 +9,7 @@ import signal
 import pytest
 
 from helpers import HoldStill, near_goal_starts
+from realissim.envs import EnvConfig
 from realissim.envs.env import FrameInfo
 from realissim.eval.episode import EpisodeObserver
 from realissim.eval.online import evaluate_online, write_online_report
@@ -72,3 +73,38 @@ def test_online_an_always_and_a_never_successful_policy_score_100_and_0_and_a_li
     liar = evaluate_online(task, HoldStill(1.0), starts, 1, 1.0, progress=False).summary()
     assert liar["success"] == 0.0 and liar["progress_success"] == 1.0
     assert liar["progress_agreement_matrix"] == [[0, 1], [0, 0]]
+
+
+class CountResets(EpisodeObserver):
+    def __init__(self) -> None:
+        self.resets = 0
+
+    def on_reset(self, env, observation) -> None:  # type: ignore[no-untyped-def]
+        self.resets += 1
+
+
+def test_an_online_evaluation_cut_off_resumes_from_its_journal(task, tmp_path) -> None:
+    starts = near_goal_starts(task, [(0.0, 0.04, 0.0)])
+    journal, key = tmp_path / "episodes.jsonl", {"checkpoint": "hold-still"}
+    config = EnvConfig(calibrate="never")  # the journal is the point here, not the twin's appearance
+    whole = evaluate_online(task, HoldStill(), starts, 2, 0.5, config, progress=False, journal=journal,
+                            journal_key=key)  # fmt: skip
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 3  # the header and one line per episode
+    # Cut off during the second episode: its line half written.
+    journal.write_text("\n".join(lines[:2]) + "\n" + lines[2][: len(lines[2]) // 2])
+    counter = CountResets()
+    resumed = evaluate_online(task, HoldStill(), starts, 2, 0.5, config, observers=[counter], progress=False,
+                              journal=journal, journal_key=key)  # fmt: skip
+    assert counter.resets == 1  # only the cut-off episode ran again
+    assert [(e.start_index, e.trial) for e in resumed.episodes] == [(0, 0), (0, 1)]
+    first, again = whole.episodes[0], resumed.episodes[0]  # read back from the journal
+    assert again.result is not None and first.result is not None
+    assert again.result.summary() == first.result.summary() and again.sync_errors == first.sync_errors
+    assert again.result.coverage == first.result.coverage and again.result.start is starts[0]
+    rerun = resumed.episodes[1].result
+    assert rerun is not None and rerun.duration == pytest.approx(0.5)
+    assert len(journal.read_text().splitlines()) == 3
+    with pytest.raises(ValueError, match="journal was written for"):
+        evaluate_online(task, HoldStill(), starts, 2, 0.5, config, progress=False, journal=journal,
+                        journal_key={"checkpoint": "another"})  # fmt: skip

@@ -559,12 +559,17 @@ class EvalOffline:
         config = policy.env_config(online_env_config(self.correct_every, self.replan_every))
         world = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=(160, 90),
                                 mode="realtime" if self.realtime else "lockstep")  # fmt: skip
-        report = evaluate_online(task, policy, starts, self.trials, self.max_seconds, config, world)
+        about = {"checkpoint": str(self.target), "starts": name, "trials": self.trials,
+                 "gap": str(self.gap) if self.gap else "default", "realtime": self.realtime,
+                 "correct_every": self.correct_every}  # fmt: skip
+        # With --out, every episode goes to a journal as it ends: the same command again resumes.
+        key = about | {"limit": self.limit, "max_seconds": self.max_seconds, "steps": self.steps, "seed": self.seed,
+                       "replan_every": self.replan_every}  # fmt: skip
+        journal = self.out / "episodes.jsonl" if self.out is not None else None
+        report = evaluate_online(task, policy, starts, self.trials, self.max_seconds, config, world,
+                                 journal=journal, journal_key=key)  # fmt: skip
         summary = report.summary()
         if self.out is not None:
-            about = {"checkpoint": str(self.target), "starts": name, "trials": self.trials,
-                     "gap": str(self.gap) if self.gap else "default", "realtime": self.realtime,
-                     "correct_every": self.correct_every}  # fmt: skip
             write_online_report(report, self.out, about)
         _print_report(f"Online evaluation of {self.target} on {name}", summary, self.out)
         return 0

@@ -9,10 +9,18 @@ one (`SyncErrors`, from the oracle), the desync detector's events and the re-acq
 The surrogate is reset between episodes, not respawned. If it dies or hangs during an episode, that episode
 ends as an *error* (not a failure of the policy: it is left out of the success rate and reported), every
 finished episode is kept, and the evaluation goes on with a fresh surrogate.
+
+Online episodes are slow on a small machine (minutes each), so an evaluation can keep a *journal*: every
+episode is appended to a JSON-lines file as it ends, and an evaluation given the same journal again skips the
+episodes it holds. The episodes that run after a resume are as valid as the others (the policy re-seeds its
+noise at every reset; the lock-step surrogate's frames depend only on its seed, the frame and the camera) but
+not always bit-identical to an uninterrupted run's: a fresh surrogate's twin calibrates its appearance at its
+own first reset, which is then another start — as after a surrogate failure.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -67,6 +75,24 @@ class OnlineEpisode:
     result: EpisodeResult | None
     error: str | None = None
     sync_errors: list[float] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        """The episode as JSON values (the start by index: `from_json` takes the start set back)."""
+        result = None
+        if self.result is not None:
+            result = {k: v for k, v in self.result.__dict__.items() if k != "start"}
+            result["desync_events"] = [list(e) for e in self.result.desync_events]
+        return {"start_index": self.start_index, "trial": self.trial, "result": result, "error": self.error,
+                "sync_errors": list(self.sync_errors)}  # fmt: skip
+
+    @staticmethod
+    def from_json(row: dict, starts: Sequence[StartState]) -> OnlineEpisode:
+        """The episode `to_json` wrote, its start taken from `starts` by index."""
+        result = row["result"]
+        if result is not None:
+            events = [(float(t), str(what)) for t, what in result.pop("desync_events")]
+            result = EpisodeResult(start=starts[row["start_index"]], desync_events=events, **result)
+        return OnlineEpisode(row["start_index"], row["trial"], result, row["error"], list(row["sync_errors"]))
 
     def row(self) -> dict[str, object]:
         """One CSV row: start, trial, error, the episode's scalars, sync error mean and max (mm)."""
@@ -141,20 +167,30 @@ def evaluate_online(
     world: WorldFactory | SurrogateConfig = SurrogateConfig(camera_size=(160, 90)),
     observers: Sequence[EpisodeObserver] = (),
     progress: bool = True,
+    journal: Path | None = None,
+    journal_key: dict[str, object] | None = None,
 ) -> OnlineReport:
     """Run `policy` (one environment: single observations) online from every start × `trials` (see the module
     docstring). `world`: the surrogate's config, or a factory of started-or-not `Surrogate`s (tests inject
-    faults with it). `observers` see every episode (a failed episode's `on_end` is not called)."""
+    faults with it). `observers` see every episode (a failed episode's `on_end` is not called).
+
+    `journal`: a JSON-lines file that every episode is appended to as it ends; when it exists, its episodes
+    are taken as done (not run again, and not shown to observers) and the rest run. Its first line holds
+    `journal_key` (what was evaluated: checkpoint, start set, settings) and the number of starts; a journal
+    written for another key raises `ValueError` (delete it to start over)."""
     if trials < 1:
         raise ValueError(f"trials: must be ≥ 1, got {trials}")
     if not starts:
         raise ValueError("starts: need at least one start")
     make_world: WorldFactory = (lambda: Surrogate(task.scene, world)) if isinstance(world, SurrogateConfig) else world
     wall0 = time.perf_counter()
-    episodes: list[OnlineEpisode] = []
+    episodes = _read_journal(journal, journal_key, starts) if journal is not None else []
+    done_before = {(e.start_index, e.trial) for e in episodes}
     surrogate: Surrogate | None = None
     env: Env | None = None
-    todo = [(i, t) for t in range(trials) for i in range(len(starts))]
+    todo = [(i, t) for t in range(trials) for i in range(len(starts)) if (i, t) not in done_before]
+    if episodes:
+        log.info("%s: %d episodes done before, %d to run", journal, len(episodes), len(todo))
     bar = tqdm(todo, desc="online eval", unit="episode", disable=not progress)
     try:
         for i, trial in bar:
@@ -171,12 +207,48 @@ def evaluate_online(
                 episodes.append(OnlineEpisode(i, trial, None, f"{type(err).__name__}: {err}", sync.errors))
                 surrogate.close()
                 surrogate, env = None, None
+            if journal is not None:
+                with open(journal, "a") as f:
+                    f.write(json.dumps(episodes[-1].to_json(), default=_plain) + "\n")
             done = [e.result for e in episodes if e.result is not None]
             bar.set_postfix(success=f"{sum(r.success for r in done)}/{len(done)}", errors=len(episodes) - len(done))
     finally:
         if surrogate is not None:
             surrogate.close()
+    order = {(i, t): n for n, (t, i) in enumerate((t, i) for t in range(trials) for i in range(len(starts)))}
+    episodes.sort(key=lambda e: order.get((e.start_index, e.trial), len(order)))
     return OnlineReport(episodes, time.perf_counter() - wall0)
+
+
+def _plain(value: object) -> object:
+    """JSON for numpy scalars (a task's metrics may hold them)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _read_journal(path: Path, key: dict[str, object] | None, starts: Sequence[StartState]) -> list[OnlineEpisode]:
+    """The episodes a journal holds (writing its header when it is new); see `evaluate_online`."""
+    header = {"journal_key": key, "starts": len(starts)}
+    text = json.dumps(header, default=str)
+    if not path.exists() or path.stat().st_size == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+        return []
+    lines = path.read_text().splitlines()
+    if json.loads(lines[0]) != json.loads(text):
+        raise ValueError(f"{path}: this journal was written for {lines[0]}, not {text}; delete it to start over")
+    episodes = []
+    for n, line in enumerate(lines[1:], start=2):
+        try:
+            episodes.append(OnlineEpisode.from_json(json.loads(line), starts))
+        except (ValueError, KeyError, TypeError, IndexError) as err:
+            if n == len(lines):  # a line cut off by a crash: that episode runs again
+                log.warning("%s: line %d is incomplete (%s); its episode runs again", path, n, err)
+                path.write_text("\n".join(lines[:-1]) + "\n")
+                break
+            raise ValueError(f"{path}: line {n} is not an episode ({err})") from err
+    return episodes
 
 
 def write_online_report(report: OnlineReport, out: Path, about: dict[str, object]) -> None:

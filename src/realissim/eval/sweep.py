@@ -250,9 +250,11 @@ def sweep_online(
             log.info("online: checkpoint %d/%d: step %d", i + 1, len(checkpoints), step)
             policy = FlowPolicy.load(path, steps=settings.steps, seed=settings.seed, threads=threads)
             policy.check_scene(task.scene)
+            about = {"checkpoint": str(path), "step": step, "sweep": key}
             report = evaluate_online(task, policy, starts, settings.trials, settings.max_seconds,
-                                     policy.env_config(online_env_config(settings.correct_every)), world)  # fmt: skip
-            write_online_report(report, folder, {"checkpoint": str(path), "step": step, "sweep": key})
+                                     policy.env_config(online_env_config(settings.correct_every)), world,
+                                     journal=folder / "episodes.jsonl", journal_key=about)  # fmt: skip
+            write_online_report(report, folder, about)
             summary = json.loads(done.read_text())
         rows.append(_row(step, path, summary))
     return rows, out
