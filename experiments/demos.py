@@ -29,6 +29,7 @@ from pipeline import (
     table,
     test_offline,
     test_online,
+    test_paired,
     train_arm,
     train_minutes,
 )
@@ -81,7 +82,9 @@ def main(args: Args) -> None:
         chosen, about = choose_checkpoint(run, limit=args.select_limit)
         offline = test_offline(chosen, run / "eval_v1", limit=args.test_limit)
         online = test_online(chosen, run / "online_v1", limit=args.online_limit) if args.online else None
-        rows.append(Row(f"{n} demos", PAPER.get(n), offline, online, train_minutes(run), args.steps, about["step"]))
+        same, paired = test_paired(chosen, run, online, args.online_limit)
+        rows.append(Row(f"{n} demos", PAPER.get(n), offline, online, train_minutes(run), args.steps, about["step"],
+                        same, paired))  # fmt: skip
     options = command_line("demos.py", args)
     lines = [
         f"# Demonstrations: 30 against 60 ({datetime.now(UTC).date()})",

@@ -95,6 +95,35 @@ def test_online(
     return json.loads(done.read_text())
 
 
+def test_paired(checkpoint: Path, run: Path, online: dict | None, limit: int | None) -> tuple[dict | None, dict | None]:
+    """(offline summary on the online starts, start-by-start pairing with the online episodes) of `checkpoint`,
+    written to `run`/offline_online_v1; (None, None) when there was no online evaluation."""
+    if online is None:
+        return None, None
+    same = test_offline(checkpoint, run / "offline_online_v1", starts="pusht/online-v1", limit=limit)
+    return same, paired_outcomes(run / "offline_online_v1" / "episodes.csv", run / "online_v1" / "episodes.csv")
+
+
+def paired_outcomes(offline_csv: Path, online_csv: Path) -> dict:
+    """Offline against online success start by start (trial 0 online, episodes that ended in error left out):
+    counts of both solved, offline only, online only, neither, and the share that agree."""
+    import csv
+
+    with open(offline_csv) as f:
+        offline = [row["success"] == "True" for row in csv.DictReader(f)]
+    with open(online_csv) as f:
+        online = {int(r["start"]): r["success"] == "True" for r in csv.DictReader(f) if r["trial"] == "0"
+                  and not r["error"]}  # fmt: skip
+    pairs = [(offline[i], ok) for i, ok in sorted(online.items()) if i < len(offline)]
+    counts = {
+        "both": sum(a and b for a, b in pairs),
+        "offline_only": sum(a and not b for a, b in pairs),
+        "online_only": sum(b and not a for a, b in pairs),
+        "neither": sum(not (a or b) for a, b in pairs),
+    }
+    return counts | {"starts": len(pairs), "agree": (counts["both"] + counts["neither"]) / len(pairs) if pairs else 0.0}
+
+
 @dataclass(frozen=True)
 class Row:
     """One arm of an experiment: its label, the paper's success (None: not reported) and our results."""
@@ -106,6 +135,10 @@ class Row:
     train_minutes: float
     steps: int
     chosen_step: int
+    offline_same: dict | None = None
+    """Offline on the online starts (the same starts and policy seed as `online`): the fair comparison."""
+    paired: dict | None = None
+    """Start by start, offline (`offline_same`) against online: `paired_outcomes`."""
 
 
 def _cell(summary: dict | None, key: str = "successes") -> str:
@@ -118,13 +151,16 @@ def _cell(summary: dict | None, key: str = "successes") -> str:
 def table(rows: list[Row]) -> list[str]:
     """Markdown lines: each arm's offline and online success (Wilson 95 %), the paper's figure, training."""
     lines = [
-        "| arm | offline, eval-v1 | online, online-v1 | paper | steps (chosen) | training |",
-        "|---|---|---|---|---|---|",
+        "| arm | offline, eval-v1 | online, online-v1 | offline, the same online starts | start by start: "
+        "both / offline only / online only / neither | paper | steps (chosen) | training |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         paper = f"{100 * r.paper:.1f} %" if r.paper is not None else "–"
-        lines.append(f"| {r.label} | {_cell(r.offline)} | {_cell(r.online)} | {paper} | {r.steps} "
-                     f"({r.chosen_step}) | {r.train_minutes:.0f} min |")  # fmt: skip
+        p = r.paired
+        pairs = f"{p['both']} / {p['offline_only']} / {p['online_only']} / {p['neither']}" if p else "–"
+        lines.append(f"| {r.label} | {_cell(r.offline)} | {_cell(r.online)} | {_cell(r.offline_same)} | {pairs} "
+                     f"| {paper} | {r.steps} ({r.chosen_step}) | {r.train_minutes:.0f} min |")  # fmt: skip
     return lines
 
 

@@ -36,6 +36,7 @@ from pipeline import (
     table,
     test_offline,
     test_online,
+    test_paired,
     train_arm,
     train_minutes,
 )
@@ -103,7 +104,8 @@ def main(args: Args) -> None:
             step = about["step"]
             offline = test_offline(chosen, run / "eval_v1", limit=args.test_limit)
         online = test_online(chosen, run / "online_v1", limit=args.online_limit) if args.online else None
-        rows.append(Row(arm, PAPER.get(arm), offline, online, train_minutes(run), steps, step))
+        same, paired = test_paired(chosen, run, online, args.online_limit) if offline is not None else (None, None)
+        rows.append(Row(arm, PAPER.get(arm), offline, online, train_minutes(run), steps, step, same, paired))
     write_outputs(args, rows)
 
 
