@@ -65,6 +65,8 @@ class Args:
     """Also evaluate online."""
     threads: int = 1
     """Torch threads for training (`TrainConfig.threads`: 2 is faster on an otherwise idle 2-core machine)."""
+    online_workers: int = 1
+    """Online episodes at once, each worker with its own surrogate (2 on an otherwise idle 2-core machine)."""
 
 
 def main(args: Args) -> None:
@@ -81,7 +83,9 @@ def main(args: Args) -> None:
                                          checkpoint_every=max(args.steps // 5, 1), threads=args.threads))  # fmt: skip
         chosen, about = choose_checkpoint(run, limit=args.select_limit)
         offline = test_offline(chosen, run / "eval_v1", limit=args.test_limit)
-        online = test_online(chosen, run / "online_v1", limit=args.online_limit) if args.online else None
+        online = None
+        if args.online:
+            online = test_online(chosen, run / "online_v1", limit=args.online_limit, workers=args.online_workers)
         same, paired = test_paired(chosen, run, online, args.online_limit)
         rows.append(Row(f"{n} demos", PAPER.get(n), offline, online, train_minutes(run), args.steps, about["step"],
                         same, paired))  # fmt: skip

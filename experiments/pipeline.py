@@ -21,6 +21,7 @@ from pathlib import Path
 from realissim.collect import CollectConfig, collect
 from realissim.data.reader import Dataset
 from realissim.envs import EnvConfig
+from realissim.eval.distributed import CheckpointPolicy
 from realissim.eval.offline import evaluate_offline, write_report
 from realissim.eval.online import evaluate_online, write_online_report
 from realissim.eval.stats import rate_text
@@ -78,19 +79,25 @@ def test_offline(checkpoint: Path, out: Path, starts: str = "pusht/eval-v1", lim
 
 
 def test_online(
-    checkpoint: Path, out: Path, starts: str = "pusht/online-v1", limit: int | None = None, trials: int = 1
+    checkpoint: Path,
+    out: Path,
+    starts: str = "pusht/online-v1",
+    limit: int | None = None,
+    trials: int = 1,
+    workers: int = 1,
 ) -> dict:
     """The summary of `checkpoint` evaluated online (surrogate, default gap, lock-step) on `starts` × `trials`
-    (written to `out`, read back if there)."""
+    (written to `out`, read back if there; episode by episode from its journal), in `workers` processes."""
     done = out / "results.json"
     if not done.exists():
         task = make(starts.partition("/")[0])
         policy = FlowPolicy.load(checkpoint, scene=task.scene)
         world = SurrogateConfig(camera_size=(160, 90))
         about = {"checkpoint": str(checkpoint), "starts": starts, "trials": trials}
-        report = evaluate_online(task, policy, start_set(starts)[:limit], trials, 60.0,
-                                 policy.env_config(EnvConfig()), world,
-                                 journal=out / "episodes.jsonl", journal_key=about | {"limit": limit})  # fmt: skip
+        acting = policy if workers == 1 else CheckpointPolicy(str(checkpoint))
+        report = evaluate_online(task, acting, start_set(starts)[:limit], trials, 60.0,
+                                 policy.env_config(EnvConfig()), world, journal=out / "episodes.jsonl",
+                                 journal_key=about | {"limit": limit}, workers=workers)  # fmt: skip
         write_online_report(report, out, about)
     return json.loads(done.read_text())
 

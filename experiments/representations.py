@@ -76,6 +76,8 @@ class Args:
     """Also evaluate online."""
     threads: int = 1
     """Torch threads for training (`TrainConfig.threads`: 2 is faster on an otherwise idle 2-core machine)."""
+    online_workers: int = 1
+    """Online episodes at once, each worker with its own surrogate (2 on an otherwise idle 2-core machine)."""
 
 
 def main(args: Args) -> None:
@@ -103,7 +105,9 @@ def main(args: Args) -> None:
             chosen, about = choose_checkpoint(run, limit=args.select_limit)
             step = about["step"]
             offline = test_offline(chosen, run / "eval_v1", limit=args.test_limit)
-        online = test_online(chosen, run / "online_v1", limit=args.online_limit) if args.online else None
+        online = None
+        if args.online:
+            online = test_online(chosen, run / "online_v1", limit=args.online_limit, workers=args.online_workers)
         same, paired = test_paired(chosen, run, online, args.online_limit) if offline is not None else (None, None)
         rows.append(Row(arm, PAPER.get(arm), offline, online, train_minutes(run), steps, step, same, paired))
     write_outputs(args, rows)

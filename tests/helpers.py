@@ -77,3 +77,13 @@ def near_goal_starts(task: Task, offsets: list[tuple[float, float, float]]) -> l
         assert task.reject_reason(start) is None
         out.append(start)
     return out
+
+
+class HoldStillFactory:
+    """A picklable `PolicyFactory` of `HoldStill` (for evaluations that build their policy in worker processes)."""
+
+    def __init__(self, claim: float = 0.0) -> None:
+        self.claim = claim
+
+    def __call__(self, task: Task, envs: int) -> HoldStill:
+        return HoldStill(self.claim)

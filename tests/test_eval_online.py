@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from helpers import HoldStill, near_goal_starts
+from helpers import HoldStill, HoldStillFactory, near_goal_starts
 from realissim.envs import EnvConfig
 from realissim.envs.env import FrameInfo
 from realissim.eval.episode import EpisodeObserver
@@ -108,3 +108,19 @@ def test_an_online_evaluation_cut_off_resumes_from_its_journal(task, tmp_path) -
     with pytest.raises(ValueError, match="journal was written for"):
         evaluate_online(task, HoldStill(), starts, 2, 0.5, config, progress=False, journal=journal,
                         journal_key={"checkpoint": "another"})  # fmt: skip
+
+
+def test_workers_run_the_same_episodes_as_one_process(task) -> None:
+    starts = near_goal_starts(task, [(0.0, 0.04, 0.0), (0.03, 0.0, 0.2)])
+    config = EnvConfig(calibrate="never")  # so an episode does not depend on which surrogate ran it first
+    local = evaluate_online(task, HoldStill(), starts, 2, 0.5, config, progress=False)
+    shared = evaluate_online(task, HoldStillFactory(), starts, 2, 0.5, config, progress=False, workers=2)
+    assert [(e.start_index, e.trial) for e in shared.episodes] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+
+    def scalars(e):  # type: ignore[no-untyped-def]
+        assert e.result is not None and e.error is None
+        return {k: v for k, v in e.result.summary().items() if k not in ("wall_s", "policy_s")}, e.sync_errors
+
+    assert [scalars(e) for e in shared.episodes] == [scalars(e) for e in local.episodes]
+    with pytest.raises(ValueError, match="policy factory"):
+        evaluate_online(task, HoldStill(), starts, 2, 0.5, config, progress=False, workers=2)

@@ -510,6 +510,10 @@ class EvalOffline:
     """offline, sweep --offline: batches run at once, each in a thread with its own policy copy and
     single-threaded twins (one batch's physics runs while another's policy samples); the same episodes at any
     count."""
+    online_workers: int = 1
+    """online, sweep --online: processes that each run episodes with their own surrogate (a lock-step pair keeps
+    about one core busy: 2 on a 2-core machine ran 1.6× the frames of one); the same episodes at any count,
+    except that each fresh surrogate calibrates the twin at its own first start."""
     out: Path | None = None
     """Where to write the reports (offline: None prints only; sweep: None is RUN/sweep/<start set>)."""
     offline: bool = True
@@ -546,6 +550,7 @@ class EvalOffline:
             return 3
 
     def _online(self) -> int:
+        from realissim.eval.distributed import CheckpointPolicy
         from realissim.eval.online import evaluate_online, online_env_config, write_online_report
         from realissim.policy.flow_policy import FlowPolicy
         from realissim.real.surrogate import SurrogateConfig
@@ -566,8 +571,9 @@ class EvalOffline:
         key = about | {"limit": self.limit, "max_seconds": self.max_seconds, "steps": self.steps, "seed": self.seed,
                        "replan_every": self.replan_every}  # fmt: skip
         journal = self.out / "episodes.jsonl" if self.out is not None else None
-        report = evaluate_online(task, policy, starts, self.trials, self.max_seconds, config, world,
-                                 journal=journal, journal_key=key)  # fmt: skip
+        acting = policy if self.online_workers == 1 else CheckpointPolicy(str(self.target), self.steps, self.seed)
+        report = evaluate_online(task, acting, starts, self.trials, self.max_seconds, config, world,
+                                 journal=journal, journal_key=key, workers=self.online_workers)  # fmt: skip
         summary = report.summary()
         if self.out is not None:
             write_online_report(report, self.out, about)
@@ -602,7 +608,7 @@ class EvalOffline:
                 self.online_starts, self.online_limit, self.trials, self.max_seconds,
                 str(self.gap) if self.gap else None, self.realtime, self.steps, self.seed, self.correct_every,
             )  # fmt: skip
-            online_rows, out = sweep_online(self.target, online, None, self.threads)
+            online_rows, out = sweep_online(self.target, online, None, self.threads, self.online_workers)
             _print_sweep(f"Checkpoint sweep of {self.target} on {online.starts} (online)", online_rows,
                          choose(online_rows))  # fmt: skip
             print(f"outputs in {out}/")

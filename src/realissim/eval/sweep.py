@@ -224,11 +224,18 @@ def _row(step: int, path: Path, summary: dict) -> SweepRow:
 
 
 def sweep_online(
-    run: Path, settings: OnlineSweepSettings = OnlineSweepSettings(), out: Path | None = None, threads: int = 1
+    run: Path,
+    settings: OnlineSweepSettings = OnlineSweepSettings(),
+    out: Path | None = None,
+    threads: int = 1,
+    workers: int = 1,
 ) -> tuple[list[SweepRow], Path]:
     """Evaluate every checkpoint of `run` online (`eval.online.evaluate_online`: the surrogate, correction and
     follower on, success on its oracle), one report folder per checkpoint under `out` (default
-    `run/sweep/online_<start set>`), resumable like `sweep_offline`; rows by step and the folder."""
+    `run/sweep/online_<start set>`), resumable like `sweep_offline` and, within a checkpoint, episode by
+    episode (its journal); rows by step and the folder. `workers` > 1: that many processes per checkpoint,
+    each with its own surrogate."""
+    from realissim.eval.distributed import CheckpointPolicy
     from realissim.eval.online import evaluate_online, online_env_config, write_online_report
     from realissim.policy.flow_policy import FlowPolicy
     from realissim.real.surrogate import SurrogateConfig
@@ -251,9 +258,10 @@ def sweep_online(
             policy = FlowPolicy.load(path, steps=settings.steps, seed=settings.seed, threads=threads)
             policy.check_scene(task.scene)
             about = {"checkpoint": str(path), "step": step, "sweep": key}
-            report = evaluate_online(task, policy, starts, settings.trials, settings.max_seconds,
+            acting = policy if workers == 1 else CheckpointPolicy(str(path), settings.steps, settings.seed)
+            report = evaluate_online(task, acting, starts, settings.trials, settings.max_seconds,
                                      policy.env_config(online_env_config(settings.correct_every)), world,
-                                     journal=folder / "episodes.jsonl", journal_key=about)  # fmt: skip
+                                     journal=folder / "episodes.jsonl", journal_key=about, workers=workers)  # fmt: skip
             write_online_report(report, folder, about)
             summary = json.loads(done.read_text())
         rows.append(_row(step, path, summary))

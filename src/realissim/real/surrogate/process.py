@@ -156,7 +156,7 @@ class Surrogate(RealWorld):
         cfg = asdict(self.config) | {"gap": str(self.config.gap) if self.config.gap else None}
         args = (scene_to_dict(self.scene), cfg, segment.name, self.layout, child_conn, self.size)
         process = ctx.Process(target=_child_main, args=args, name="realissim-surrogate", daemon=True)
-        with _child_environment():
+        with one_thread_per_pool():
             process.start()
         child_conn.close()
         self._process, self._conn, self._segment = process, parent_conn, segment
@@ -386,8 +386,9 @@ from the twin's own numba pool, see `realissim.threads`)."""
 
 
 @contextlib.contextmanager
-def _child_environment() -> Iterator[None]:
-    """Environment for spawning the child: one thread per pool (`CHILD_THREAD_VARIABLES`), restored after."""
+def one_thread_per_pool() -> Iterator[None]:
+    """Environment for spawning a child process (the surrogate; an online evaluation's workers): one thread per
+    pool (`CHILD_THREAD_VARIABLES`, unless set by the user), restored after."""
     saved = {name: os.environ.get(name) for name in CHILD_THREAD_VARIABLES}
     for name in CHILD_THREAD_VARIABLES:
         os.environ.setdefault(name, "1")
