@@ -343,9 +343,10 @@ def _run_workers(
                 kind, number, payload = outbox.get(timeout=1.0)
             except queue.Empty:
                 dead = [p for p in processes if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RuntimeError(f"online evaluation: worker {dead[0].name} died (exit code "
-                                       f"{dead[0].exitcode})") from None  # fmt: skip
+                if dead or all(p.exitcode is not None for p in processes):  # none left to send what remains
+                    who = dead[0] if dead else processes[0]
+                    raise RuntimeError(f"online evaluation: worker {who.name} ended (exit code {who.exitcode}) with "
+                                       f"{remaining} episodes left") from None  # fmt: skip
                 continue
             if kind == "crash":
                 raise RuntimeError(f"online evaluation: worker {number} failed:\n{payload}")
