@@ -18,6 +18,7 @@ import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import tyro
 
@@ -67,11 +68,14 @@ class Args:
     sweep_seed: int = SWEEP_SEED
     correct_every: int = 1
     """Correct every n-th frame, holding the wrench between (`RuntimeConfig.correct_every`)."""
+    calibrate_at: Literal["goal", "start"] = "goal"
+    """Where the twin's appearance is fitted: with the T on its goal (the default) or at the episode's start."""
 
 
-def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, every: int = 1) -> dict:
+def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, every: int = 1,
+        calibrate_at: Literal["goal", "start"] = "goal") -> dict:  # fmt: skip
     runtime = RuntimeConfig(correct=correct, correct_every=every)
-    config = contact_rich(seed, seconds=seconds, gap=gap, runtime=runtime)
+    config = contact_rich(seed, seconds=seconds, gap=gap, runtime=runtime, calibrate_at=calibrate_at)
     out = run_scenario(make("pusht"), config, label=label)
     out.pop("series")
     return out
@@ -81,13 +85,15 @@ def main(args: Args) -> dict:
     logging.basicConfig(level=logging.WARNING)
     if args.sweep:
         return sweep(args)
-    results = {
-        name: run(args.gap, args.seconds, args.seed, name == "on", f"correction {name}", args.correct_every)
-        for name in ("on", "off")
-    }
+    results = {}
+    for name in ("on", "off"):
+        label = f"correction {name}"
+        results[name] = run(
+            args.gap, args.seconds, args.seed, name == "on", label, args.correct_every, args.calibrate_at
+        )
     print(
         f"contact-rich, gap {args.gap or 'default'}, seed {args.seed}, {args.seconds:g} s, lock-step, "
-        f"correcting every {args.correct_every} frame(s)"
+        f"correcting every {args.correct_every} frame(s), calibrated at the {args.calibrate_at}"
     )
     print(f"| {'metric':<38} | {'correction on':>13} | {'off':>9} |")
     print(f"|{'-' * 40}|{'-' * 15}|{'-' * 11}|")
@@ -104,7 +110,7 @@ def sweep(args: Args) -> dict:
         for i, (name, gap) in enumerate(sweep_profiles(args.profiles, args.sweep_seed)):
             path = Path(folder) / f"{name}.json"
             save_gap(gap, path)
-            out = run(path, args.seconds, args.seed, True, name, args.correct_every)
+            out = run(path, args.seconds, args.seed, True, name, args.correct_every, args.calibrate_at)
             rows[name] = {"set": "tune" if i < args.tune else "held-out", **describe(gap), **out}
     params = ("friction", "mass", "com_mm", "latency_ms", "cam_rot_deg", "shadows")
     shown = ("pos_err_median_mm", "pos_err_p95_mm", "pos_err_p95_moving_mm", "pos_err_max_mm", "yaw_err_p95_deg",

@@ -130,6 +130,47 @@ def test_color_fit_absorbs_a_different_appearance(setup) -> None:
     assert (fitted - tinted).abs().mean() < (target - tinted).abs().mean() / 2
 
 
+def test_color_fit_leaves_what_no_camera_sees_to_its_neighbours(setup) -> None:
+    """`fill_unseen`: the ground under the T is hidden at calibration. Fitted anyway, it comes out painted
+    against the appearance the Gaussians cannot match: a ghost of the T, which the correction sees once the T
+    has moved. It must look like the ground around it."""
+    from realissim.real.surrogate.gap import CameraGap, GapProfile
+    from realissim.real.surrogate.world import SurrogateWorld
+    from realissim.spec.state import StartState
+    from realissim.twin.color_fit import ColorFitConfig, fit_colors
+    from realissim.twin.state import rest_state
+
+    twin, _, _ = setup
+    scene = twin.scene
+    cams = [c.resized(*SIZE) for c in scene.cameras]
+    views, told = TwinViews(scene, twin.model, cameras=cams), TwinViews(scene, twin.model, cameras=cams)
+    exact = CameraGap(rotation_error=(0.0, 0.0, 0.0), translation_error=(0.0, 0.0, 0.0), focal_scale=1.0,
+                      principal_offset=(0.0, 0.0))  # fmt: skip
+    world = SurrogateWorld(scene, GapProfile(cameras=(exact,)), seed=0, camera_size=SIZE)
+    start = StartState.of_scene(scene)
+    moved = StartState.from_arrays(start.object_pos + np.array([0.15, 0.1, 0.0]), start.object_quat, start.q_array)
+    try:
+        footprints, real = [], None
+        for state in (start, moved):
+            world.reset(state)
+            twin.reset(rest_state(state))
+            real = torch.from_numpy(np.stack([f.image for f in world.render_cameras()])).float() / 255
+            if state is start:
+                fit_colors(views, twin.data.xpos, twin.data.xquat, real[None], ColorFitConfig(fill_unseen=True))
+            data = mujoco.MjData(twin.model)
+            data.qpos[:] = twin.data.qpos
+            data.qpos[_t_qpos(twin) + 2] -= 1.0  # the T under the table
+            mujoco.mj_kinematics(twin.model, data)
+            footprints.append((told.render(twin.data)[0] - told.render(data)[0]).abs().sum(dim=-1) > 0.1)
+        rendered = views.render(twin.data)[0]
+    finally:
+        world.close()
+    uncovered = footprints[0] & ~footprints[1]  # where the T was and no longer is
+    assert real is not None and uncovered.sum() > 100
+    shift = (rendered - real)[uncovered].mean(dim=0).abs()  # its colour on average (its texture is lost)
+    assert shift.max() < 0.03, shift
+
+
 def test_camera_refinement_recovers_a_rotation_error(setup) -> None:
     from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras
 

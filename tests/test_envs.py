@@ -193,3 +193,31 @@ def test_random_pushes_keep_the_t_moving_and_repeat_for_a_seed(task: Task) -> No
     speed = np.linalg.norm(np.diff(a, axis=0), axis=1) * 60
     assert np.mean(speed > 0.01) > 0.3  # the T moves for a good part of the time
     assert np.all(np.abs(a) < 0.3)  # and stays on the table, near the workspace
+
+
+def test_calibration_happens_at_the_goal_and_the_episode_at_its_start(task: Task) -> None:
+    """`calibrate_at="goal"`: the appearance is fitted with the T on its goal (the arm at home), then twin and world
+    both go to the episode's start; `"start"` fits it at the start itself."""
+    start = sampled(task, 1, seed=3)[0]
+    goal = task.goal[0].pose
+    at_goal = Env(task, EnvConfig(calibrate_at="goal")).calibration_state(start)
+    assert at_goal.objects[0] == goal and at_goal.q == tuple(task.scene.robot.home)
+    assert Env(task, EnvConfig(calibrate_at="start")).calibration_state(start) == start
+    seen: list[np.ndarray] = []
+    with Surrogate(task.scene, SurrogateConfig(camera_size=(160, 90))) as world:
+        env = Env(task, EnvConfig(calibrate_at="goal"), world)
+        calibrate = env.runtime.calibrate
+
+        def spy() -> None:  # where the world's T is when the twin calibrates
+            assert world.oracle is not None
+            seen.append(world.oracle.read().object_pos[0].copy())
+            calibrate()
+
+        env.runtime.calibrate = spy  # type: ignore[method-assign]
+        env.reset(start)
+        truth = world.oracle.read()
+        twin = env.runtime.twin.state()
+        env.reset(start)  # calibrated once ("first_reset")
+    assert len(seen) == 1 and np.linalg.norm(seen[0][:2] - np.asarray(goal.pos)[:2]) < 1e-3
+    assert np.linalg.norm(truth.object_pos[0, :2] - start.object_pos[0, :2]) < 1e-3
+    assert np.linalg.norm(twin.object_pos[0, :2] - start.object_pos[0, :2]) < 1e-3

@@ -492,6 +492,9 @@ class EvalOffline:
     correct_every: int = 1
     """Online: run the visual correction on every n-th frame, holding its wrench between
     (`RuntimeConfig.correct_every`: 2 ran ~1.8× faster and doubled the median sync error, docs/decisions.md)."""
+    calibrate_at: Literal["goal", "start"] = "goal"
+    """online: where the twin's appearance is fitted to the cameras: with the T on its goal (exact where success
+    is judged) or at the first start (`EnvConfig.calibrate_at`, docs/decisions.md)."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -561,12 +564,12 @@ class EvalOffline:
         policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
         task = make(name.partition("/")[0])
         policy.check_scene(task.scene)
-        config = policy.env_config(online_env_config(self.correct_every, self.replan_every))
+        config = policy.env_config(online_env_config(self.correct_every, self.replan_every, self.calibrate_at))
         world = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=(160, 90),
                                 mode="realtime" if self.realtime else "lockstep")  # fmt: skip
         about = {"checkpoint": str(self.target), "starts": name, "trials": self.trials,
                  "gap": str(self.gap) if self.gap else "default", "realtime": self.realtime,
-                 "correct_every": self.correct_every}  # fmt: skip
+                 "correct_every": self.correct_every, "calibrate_at": self.calibrate_at}  # fmt: skip
         # With --out, every episode goes to a journal as it ends: the same command again resumes.
         key = about | {"limit": self.limit, "max_seconds": self.max_seconds, "steps": self.steps, "seed": self.seed,
                        "replan_every": self.replan_every}  # fmt: skip
@@ -607,6 +610,7 @@ class EvalOffline:
             online = OnlineSweepSettings(
                 self.online_starts, self.online_limit, self.trials, self.max_seconds,
                 str(self.gap) if self.gap else None, self.realtime, self.steps, self.seed, self.correct_every,
+                self.calibrate_at,
             )  # fmt: skip
             online_rows, out = sweep_online(self.target, online, None, self.threads, self.online_workers)
             _print_sweep(f"Checkpoint sweep of {self.target} on {online.starts} (online)", online_rows,

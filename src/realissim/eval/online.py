@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from tqdm import tqdm
@@ -153,10 +153,14 @@ class OnlineReport:
 WorldFactory = Callable[[], Surrogate]
 
 
-def online_env_config(correct_every: int = 1, replan_every: float | None = None) -> EnvConfig:
+def online_env_config(
+    correct_every: int = 1, replan_every: float | None = None, calibrate_at: Literal["goal", "start"] = "goal"
+) -> EnvConfig:
     """The environment of an online evaluation: the default runtime (correction and follower on), correcting on
-    every `correct_every`-th frame (`RuntimeConfig.correct_every`)."""
-    return EnvConfig(runtime=RuntimeConfig(correct_every=correct_every), replan_every=replan_every)
+    every `correct_every`-th frame (`RuntimeConfig.correct_every`), the twin's appearance calibrated at the task's
+    goal or at the first start (`EnvConfig.calibrate_at`)."""
+    return EnvConfig(runtime=RuntimeConfig(correct_every=correct_every), replan_every=replan_every,
+                     calibrate_at=calibrate_at)  # fmt: skip
 
 
 def evaluate_online(

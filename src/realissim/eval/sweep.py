@@ -20,6 +20,7 @@ import logging
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from realissim.envs import EnvConfig
 from realissim.eval.offline import OfflineReport, batches, evaluate_offline, write_report
@@ -208,6 +209,7 @@ class OnlineSweepSettings:
     steps: int | None = None
     seed: int = 0
     correct_every: int = 1
+    calibrate_at: Literal["goal", "start"] = "goal"
 
 
 def _row(step: int, path: Path, summary: dict) -> SweepRow:
@@ -259,8 +261,8 @@ def sweep_online(
             policy.check_scene(task.scene)
             about = {"checkpoint": str(path), "step": step, "sweep": key}
             acting = policy if workers == 1 else CheckpointPolicy(str(path), settings.steps, settings.seed)
-            report = evaluate_online(task, acting, starts, settings.trials, settings.max_seconds,
-                                     policy.env_config(online_env_config(settings.correct_every)), world,
+            config = policy.env_config(online_env_config(settings.correct_every, calibrate_at=settings.calibrate_at))
+            report = evaluate_online(task, acting, starts, settings.trials, settings.max_seconds, config, world,
                                      journal=folder / "episodes.jsonl", journal_key=about, workers=workers)  # fmt: skip
             write_online_report(report, folder, about)
             summary = json.loads(done.read_text())

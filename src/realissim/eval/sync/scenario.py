@@ -62,6 +62,8 @@ class ScenarioConfig:
     """Run on the wall clock: the surrogate paces itself; the twin takes as many frames per loop iteration as
     the wall clock demands (correcting on the first), so it stays aligned with reality in time."""
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    calibrate_at: Literal["goal", "start"] = "goal"
+    """Where the twin's appearance is fitted (`EnvConfig.calibrate_at`)."""
 
 
 class SyncObserver(EpisodeObserver):
@@ -145,9 +147,10 @@ def run_scenario(
     if config.motion == "random":
         policy = RandomPushes(task.scene, RandomPushesConfig(seed=config.motion_seed))
         env_config = EnvConfig(runtime=config.runtime, replan_every=policy.config.lead * policy.config.horizon
-                               / policy.config.waypoints)  # fmt: skip
+                               / policy.config.waypoints, calibrate_at=config.calibrate_at)  # fmt: skip
     else:
-        policy, env_config = ScriptedPush(task.scene), EnvConfig(runtime=config.runtime)
+        policy = ScriptedPush(task.scene)
+        env_config = EnvConfig(runtime=config.runtime, calibrate_at=config.calibrate_at)
     start = StartState.of_scene(task.scene)
     if config.start_seed is not None:
         start = task.sample_start(np.random.default_rng(config.start_seed))
