@@ -22,3 +22,12 @@ def test_shipped_profiles_load_and_widen_the_gap() -> None:
         abs(x) for x in default.cameras[0].rotation_error
     )
     assert cameras.objects == default.objects
+
+
+def test_objects_exact_changes_only_the_objects() -> None:
+    """`objects_exact.json`: the default gap with the objects as the twin knows them (docs/results.md)."""
+    default, exact = GapProfile(), load_gap(GAPS / "objects_exact.json")
+    assert (exact.arm, exact.cameras, exact.lighting) == (default.arm, default.cameras, default.lighting)
+    (objects,) = exact.objects
+    assert (objects.name, objects.t_block, objects.friction_scale, objects.mass_scale) == ("*", None, 1.0, 1.0)
+    assert objects.com_offset == (0.0, 0.0, 0.0)
