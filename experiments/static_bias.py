@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-from realissim.envs.env import Env, EnvConfig, FrameInfo
-from realissim.eval.episode import EpisodeObserver, run_episode
-from realissim.eval.sync.metrics import SyncRecorder
+from realissim.envs.env import Env, EnvConfig
+from realissim.eval.episode import run_episode
+from realissim.eval.sync.scenario import SyncObserver
 from realissim.geometry import quat_yaw, yaw_quat
 from realissim.policy.base import ActionChunk, Observation
 from realissim.real.surrogate import Surrogate, SurrogateConfig, load_gap, save_gap
@@ -46,20 +46,6 @@ class _Hold:
     def act(self, observation: Observation) -> ActionChunk:
         q = np.asarray(observation.q, dtype=np.float64)
         return ActionChunk(np.repeat(q[None], 32, axis=0), np.zeros(32), 1.0)
-
-
-class _Errors(EpisodeObserver):
-    """Per frame: the twin's first object against the oracle (evaluation only)."""
-
-    def __init__(self) -> None:
-        self.recorder = SyncRecorder()
-
-    def on_frame(self, frame: FrameInfo) -> None:
-        env = frame.env
-        assert isinstance(env, Env) and env.world is not None and env.world.oracle is not None
-        truth, s = env.world.oracle.read(), frame.report.state
-        self.recorder.add(float(s.time), s.object_pos[0], s.object_quat[0], truth.object_pos[0],
-                          truth.object_quat[0])  # fmt: skip
 
 
 NEAR_GOAL = ((0.02, 0.0, 0.1), (-0.03, 0.02, -0.2), (0.0, -0.04, 0.35), (0.05, 0.03, -0.5))
@@ -124,7 +110,7 @@ def main(args: Args) -> dict:
         with Surrogate(task.scene, config) as world:
             env = Env(task, EnvConfig(runtime=runtime, calibrate=args.calibrate, calibrate_at=args.calibrate_at), world)  # type: ignore[arg-type]
             for name, start in poses(task, args.poses, args.seed):
-                errors = _Errors()
+                errors = SyncObserver()  # its recorder: the twin's T against the oracle, every frame
                 run_episode(env, _Hold(), start, args.seconds, [errors], stop_on_success=False)
                 t = np.asarray(errors.recorder.times)
                 last = t >= t[-1] - args.window

@@ -64,7 +64,7 @@ def fit_colors(
     logits = _logit(cat[3]).requires_grad_()
     bg = _logit(views.background.expand(len(views.cameras), 3).clone()).requires_grad_()
     optimiser = torch.optim.Adam([logits, bg], lr=config.lr)
-    seen = torch.ones(len(cat[0]), dtype=torch.bool)
+    seen: Tensor | None = None
     if config.fill_unseen:
         coverage = _coverage(cat, views)
         seen = coverage.sum(dim=0) >= config.min_coverage
@@ -87,11 +87,12 @@ def fit_colors(
             break
         optimiser.zero_grad()
         loss.backward()
-        assert logits.grad is not None
-        logits.grad[~seen] = 0.0  # Adam would otherwise take full steps on vanishing gradients
+        if seen is not None:
+            assert logits.grad is not None
+            logits.grad[~seen] = 0.0  # Adam would otherwise take full steps on vanishing gradients
         optimiser.step()
     fitted = torch.sigmoid(logits).detach()
-    if config.fill_unseen:
+    if seen is not None:
         body = torch.cat([views.body_index, torch.full((len(views.static),), -1)])
         fitted = _fill_unseen(fitted, seen, cat[0], body)
     views.set_colors(fitted[:n_moving], fitted[n_moving:], torch.sigmoid(bg).detach())
