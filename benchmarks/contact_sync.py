@@ -68,12 +68,13 @@ class Args:
     sweep_seed: int = SWEEP_SEED
     correct_every: int = 1
     """Correct every n-th frame, holding the wrench between (`RuntimeConfig.correct_every`)."""
-    calibrate_at: Literal["goal", "start"] = "goal"
-    """Where the twin's appearance is fitted: with the T on its goal (the default) or at the episode's start."""
+    calibrate_at: Literal["goal", "start"] = "start"
+    """Where the twin's appearance is fitted: at the episode's start (as the sync scenarios do) or with the T on
+    its goal (as online evaluation does)."""
 
 
 def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, every: int = 1,
-        calibrate_at: Literal["goal", "start"] = "goal") -> dict:  # fmt: skip
+        calibrate_at: Literal["goal", "start"] = "start") -> dict:  # fmt: skip
     runtime = RuntimeConfig(correct=correct, correct_every=every)
     config = contact_rich(seed, seconds=seconds, gap=gap, runtime=runtime, calibrate_at=calibrate_at)
     out = run_scenario(make("pusht"), config, label=label)
