@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --help` stays fast
+    from realissim.envs import Env
     from realissim.expert.disturb import DisturbConfig
     from realissim.policy.base import Policy
     from realissim.real.interfaces import RealWorld
     from realissim.tasks import Task
+    from realissim.twin.randomize import DynamicsRandomization, ObjectDraw
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,17 @@ class CollectConfig:
     `PushTExpertConfig`'s, off; measured with `expert_travel_cost`, no gain)."""
     disturb_max: int = 3
     """Disturbed demonstrations: moves per episode at most."""
+    randomize: bool = False
+    """Dynamics randomisation (offline only): every episode draws each object's friction, mass and centre of mass
+    (`twin.randomize`), applies the draw to the twin (and to the expert's push model, so the expert plans with the
+    dynamics it meets) and records it in the episode's `extra["dynamics"]`. A policy cloned from such
+    demonstrations has seen the physical reality gap (docs/results.md)."""
+    randomize_friction: tuple[float, float] = (0.6, 1.4)
+    """Dynamics randomisation: range of the sliding-friction scale (log-uniform)."""
+    randomize_mass: tuple[float, float] = (0.8, 1.35)
+    """Dynamics randomisation: range of the mass scale (log-uniform; inertia alike)."""
+    randomize_com: float = 0.008
+    """Dynamics randomisation: largest planar centre-of-mass displacement, m (uniform over the disc)."""
     progress: bool = True
     """Show a progress bar."""
 
@@ -82,6 +95,17 @@ class CollectConfig:
             raise ValueError("gap: a reality-gap profile needs --online")
         if self.record_images and not self.online:
             raise ValueError("record_images: an offline twin has no real cameras (its views can be rendered later)")
+        if self.randomize and (self.online or self.policy != "expert"):
+            raise ValueError("randomize: dynamics are randomised in the twin, offline, for the expert")
+        _ = self.randomization  # validates the ranges
+
+    @property
+    def randomization(self) -> DynamicsRandomization:
+        """The dynamics randomisation's ranges."""
+        from realissim.twin.randomize import DynamicsRandomization
+
+        return DynamicsRandomization(friction=self.randomize_friction, mass=self.randomize_mass,
+                                     com_offset=self.randomize_com)  # fmt: skip
 
     @property
     def disturb(self) -> DisturbConfig:
@@ -149,6 +173,43 @@ class CollectReport:
         }
 
 
+class _Randomizer:
+    """Per episode: draws the objects' dynamics and applies them to the twin and the expert's push model."""
+
+    def __init__(self, config: CollectConfig, env: Env, policy: Policy) -> None:
+        import numpy as np
+
+        from realissim.twin.randomize import ObjectDynamics
+
+        self.config = config.randomization
+        self.names = [o.name for o in env.task.scene.objects]
+        models = [env.runtime.twin.model]
+        push_model = getattr(getattr(policy, "model", None), "model", None)  # PushTExpert's PushModel
+        if push_model is not None:
+            models.append(push_model)
+        self.targets = [ObjectDynamics(m, self.names) for m in models]
+        self.draws: tuple[ObjectDraw, ...] = ()
+        self._np = np
+
+    def draw(self, seed: int, index: int) -> None:
+        from realissim.twin.randomize import draw_dynamics
+
+        rng = self._np.random.default_rng(self._np.random.SeedSequence([seed, index, 0x0D1]))
+        self.draws = draw_dynamics(self.config, self.names, rng)
+        for target in self.targets:
+            target.apply(self.draws)
+        log.debug("episode %d dynamics: %s", index, self.draws)
+
+    def restore(self) -> None:
+        for target in self.targets:
+            target.restore()
+
+    def extra(self) -> dict[str, object]:
+        from realissim.data.schema import DYNAMICS_KEY
+
+        return {DYNAMICS_KEY: {d.name: d.as_dict() for d in self.draws}}
+
+
 def collect(config: CollectConfig, policy: Policy | None = None) -> CollectReport:
     """Collect `config.episodes` episodes of `policy` (None: the task's expert) into `config.out`."""
     import numpy as np
@@ -172,13 +233,18 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
         with DatasetWriter(config.out, meta) as writer:
             first = writer.next_index
             recorder = EpisodeRecorder(writer, record_images=config.record_images)
+            randomizer = _Randomizer(config, env, policy) if config.randomize else None
+            if randomizer is not None:
+                extra = recorder.extra
+                recorder.extra = lambda: randomizer.extra() | (extra() if extra else {})
             disturber = None
             if config.disturb.enabled:
                 from realissim.data.schema import DISTURBANCES_KEY
                 from realissim.expert.disturb import Disturber
 
                 disturber = Disturber(policy, env, task, config.disturb)  # type: ignore[arg-type]
-                recorder.extra = lambda: {DISTURBANCES_KEY: list(disturber.times)}
+                previous = recorder.extra
+                recorder.extra = lambda: {DISTURBANCES_KEY: list(disturber.times)} | (previous() if previous else {})
                 policy = disturber
             bar = tqdm(range(first, first + config.episodes), desc="collect", unit="episode",
                        disable=not config.progress)  # fmt: skip
@@ -187,6 +253,8 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
                 recorder.seed = seed
                 if disturber is not None:
                     disturber.seed = seed
+                if randomizer is not None:
+                    randomizer.draw(config.seed, index)
                 result = run_episode(env, policy, None, config.max_seconds, [recorder], seed=seed)
                 report.added += 1
                 report.successes += int(result.success)
@@ -195,6 +263,8 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
                 bar.set_postfix(success=f"{report.successes}/{report.added}")
                 log.info("episode %d: %s in %.1f s (coverage %.3f)", index, "success" if result.success else "FAILED",
                          result.duration, result.final.get("coverage", math.nan))  # fmt: skip
+            if randomizer is not None:
+                randomizer.restore()
     report.wall_s = time.perf_counter() - wall0
     stored = Dataset(config.out, include_failed=True)
     report.total_episodes = len(stored.all_episodes)

@@ -300,6 +300,9 @@ def _checked_images(images: Mapping[str, np.ndarray], meta: DatasetMeta, length:
 DISTURBANCES_KEY = "disturbances"
 """Key of an episode's `extra` holding the simulated times (s) at which the collector moved its objects
 (disturbed demonstrations, `expert.disturb`)."""
+DYNAMICS_KEY = "dynamics"
+"""Key of an episode's `extra` holding each randomised object's drawn dynamics (`twin.randomize.ObjectDraw`
+as a dict, by object name) when the collector randomised them."""
 
 
 @dataclass(frozen=True)
