@@ -35,18 +35,21 @@ from realissim.tasks import make, start_set
 log = logging.getLogger("experiments")
 
 
-def ensure_demos(path: Path, wanted: int, online: bool = False, seed: int = 0, disturb_every: float = 3.0) -> Dataset:
+def ensure_demos(
+    path: Path, wanted: int, online: bool = False, seed: int = 0, disturb_every: float = 3.0, randomize: bool = False
+) -> Dataset:
     """The dataset at `path` with at least `wanted` successful expert episodes, collecting (appending) as
     needed; `online` collects through the surrogate with its cameras' frames recorded. Offline, the T is moved
     every `disturb_every` s on average while the expert works (the README's recipe, `collect --disturb-every 3`:
-    55 → 66–68 % on eval-v1, docs/results.md); 0: undisturbed."""
+    55 → 66–68 % on eval-v1, docs/results.md); 0: undisturbed. `randomize`: offline, each episode's object
+    dynamics drawn (`collect --randomize`)."""
     for _ in range(10):
         have = len(Dataset(path).episodes) if (path / "zarr.json").exists() else 0
         if have >= wanted:
             return Dataset(path)
         log.info("collecting %d more demonstrations into %s", wanted - have, path)
         collect(CollectConfig(episodes=wanted - have, out=path, seed=seed, online=online, record_images=online,
-                              disturb_every=0.0 if online else disturb_every))  # fmt: skip
+                              disturb_every=0.0 if online else disturb_every, randomize=randomize))  # fmt: skip
     raise RuntimeError(f"{path}: could not collect {wanted} successful demonstrations")
 
 
@@ -85,15 +88,19 @@ def test_online(
     limit: int | None = None,
     trials: int = 1,
     workers: int = 1,
+    gap: Path | None = None,
 ) -> dict:
-    """The summary of `checkpoint` evaluated online (surrogate, default gap, lock-step) on `starts` × `trials`
-    (written to `out`, read back if there; episode by episode from its journal), in `workers` processes."""
+    """The summary of `checkpoint` evaluated online (surrogate, `gap`'s profile (None: the default), lock-step)
+    on `starts` × `trials` (written to `out`, read back if there; episode by episode from its journal), in
+    `workers` processes."""
     done = out / "results.json"
     if not done.exists():
         task = make(starts.partition("/")[0])
         policy = FlowPolicy.load(checkpoint, scene=task.scene)
-        world = SurrogateConfig(camera_size=(160, 90))
+        world = SurrogateConfig(camera_size=(160, 90), gap=gap)
         about = {"checkpoint": str(checkpoint), "starts": starts, "trials": trials}
+        if gap is not None:
+            about["gap"] = str(gap)
         acting = policy if workers == 1 else CheckpointPolicy(str(checkpoint))
         report = evaluate_online(task, acting, start_set(starts)[:limit], trials, 60.0,
                                  policy.env_config(EnvConfig()), world, journal=out / "episodes.jsonl",
