@@ -92,3 +92,17 @@ def test_collect_randomize_records_each_episodes_draw(tmp_path: Path) -> None:
     assert draws[0] != draws[1]
     with pytest.raises(ValueError, match="randomize"):
         CollectConfig(randomize=True, online=True)
+
+
+def test_the_experts_push_model_takes_the_same_draw(scene: SceneSpec) -> None:
+    from realissim.expert.push_model import PushModel
+
+    planner = PushModel(scene)
+    dynamics = ObjectDynamics(planner.model, [T_NAME])
+    body = mujoco.mj_name2id(planner.model, mujoco.mjtObj.mjOBJ_BODY, T_NAME)
+    geoms = planner.model.geom_bodyid == body
+    before = planner.model.geom_friction[geoms, 0].copy()
+    dynamics.apply((ObjectDraw(T_NAME, friction_scale=0.7, mass_scale=1.2),))
+    np.testing.assert_allclose(planner.model.geom_friction[geoms, 0], 0.7 * before)
+    with pytest.raises(ValueError, match="no body named"):
+        ObjectDynamics(planner.model, ["nope"])

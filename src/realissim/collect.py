@@ -177,24 +177,24 @@ class _Randomizer:
     """Per episode: draws the objects' dynamics and applies them to the twin and the expert's push model."""
 
     def __init__(self, config: CollectConfig, env: Env, policy: Policy) -> None:
-        import numpy as np
-
+        from realissim.expert.pusht import PushTExpert
         from realissim.twin.randomize import ObjectDynamics
 
         self.config = config.randomization
         self.names = [o.name for o in env.task.scene.objects]
         models = [env.runtime.twin.model]
-        push_model = getattr(getattr(policy, "model", None), "model", None)  # PushTExpert's PushModel
-        if push_model is not None:
-            models.append(push_model)
+        if isinstance(policy, PushTExpert):  # the expert plans in its own copy of the objects' physics
+            models.append(policy.model.model)
         self.targets = [ObjectDynamics(m, self.names) for m in models]
         self.draws: tuple[ObjectDraw, ...] = ()
-        self._np = np
 
     def draw(self, seed: int, index: int) -> None:
+        """Draw episode `index`'s dynamics from (seed, index) and apply them."""
+        import numpy as np
+
         from realissim.twin.randomize import draw_dynamics
 
-        rng = self._np.random.default_rng(self._np.random.SeedSequence([seed, index, 0x0D1]))
+        rng = np.random.default_rng(np.random.SeedSequence([seed, index, 0x0D1]))
         self.draws = draw_dynamics(self.config, self.names, rng)
         for target in self.targets:
             target.apply(self.draws)
