@@ -13,7 +13,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -234,18 +234,17 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
             first = writer.next_index
             recorder = EpisodeRecorder(writer, record_images=config.record_images)
             randomizer = _Randomizer(config, env, policy) if config.randomize else None
-            if randomizer is not None:
-                extra = recorder.extra
-                recorder.extra = lambda: randomizer.extra() | (extra() if extra else {})
+            extras: list[Callable[[], dict[str, object]]] = [] if randomizer is None else [randomizer.extra]
             disturber = None
             if config.disturb.enabled:
                 from realissim.data.schema import DISTURBANCES_KEY
                 from realissim.expert.disturb import Disturber
 
                 disturber = Disturber(policy, env, task, config.disturb)  # type: ignore[arg-type]
-                previous = recorder.extra
-                recorder.extra = lambda: {DISTURBANCES_KEY: list(disturber.times)} | (previous() if previous else {})
+                extras.append(lambda: {DISTURBANCES_KEY: list(disturber.times)})
                 policy = disturber
+            if extras:
+                recorder.extra = lambda: {key: value for extra in extras for key, value in extra().items()}
             bar = tqdm(range(first, first + config.episodes), desc="collect", unit="episode",
                        disable=not config.progress)  # fmt: skip
             for index in bar:
