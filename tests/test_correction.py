@@ -78,6 +78,21 @@ def test_force_points_where_the_object_is_seen(setup, mode: str) -> None:
     assert turned.wrenches[0, 5] > 0, turned.wrenches  # torque about +z for a counter-clockwise yaw
 
 
+@pytest.mark.parametrize("mode", ["gaussians", "rigid"])
+def test_a_wrench_held_over_n_frames_pulls_with_one_nth_of_the_spring(setup, mode: str) -> None:
+    twin, views, _ = setup
+    config = CorrectionConfig(mode=mode, integral=0.0)
+    twin.reset()
+    images = _render_with_t_moved(twin, views, dx=0.01)
+    once = _correct(twin, VisualCorrection(views, twin.model, config, frame_dt=twin.dt), images).wrenches
+    held = VisualCorrection(views, twin.model, config, frame_dt=2 * twin.dt, held_frames=2)
+    twice = _correct(twin, held, images).wrenches  # at rest: no damping, so only the spring differs
+    assert np.linalg.norm(once[0, :3]) > 0.2
+    np.testing.assert_allclose(twice, 0.5 * once, rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="held_frames"):
+        VisualCorrection(views, twin.model, config, frame_dt=twin.dt, held_frames=0)
+
+
 def test_correction_pulls_the_twin_onto_reality(scene: SceneSpec, setup) -> None:
     twin, views, _ = setup
     correction = VisualCorrection(views, twin.model, CorrectionConfig(), frame_dt=twin.dt)

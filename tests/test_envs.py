@@ -136,18 +136,24 @@ def test_batch_env_equals_single_envs_bit_for_bit(task: Task) -> None:
 
 @pytest.mark.slow
 def test_online_and_offline_envs_share_one_code_path(task: Task) -> None:
-    """With the correction off, the world cannot act on the twin: an online episode's twin must then be the
-    offline episode's twin bit for bit, while the real arm follows it."""
+    """With the correction, the lead bound and the arm shaping off, the world cannot act on the twin: an online
+    episode's twin must then be the offline episode's twin bit for bit, while the real arm follows it. With the
+    bound and shaping (the default), the real arm's measured joints do act on the twin arm."""
     start = sampled(task, 1, seed=5)[0]
     offline = Recorder()
     run_episode(Env(task), ScriptedPush(task.scene), start, 2.0, [offline], stop_on_success=False)
     online = Recorder()
-    config = EnvConfig(runtime=RuntimeConfig(follow=True, correct=False), real_images=True)
+    runtime = RuntimeConfig(follow=True, correct=False, max_lead=None, arm_limits=None)
+    config = EnvConfig(runtime=runtime, real_images=True)
+    waiting = Recorder()
     with Surrogate(task.scene, SurrogateConfig(camera_size=(160, 90))) as world:
         env = Env(task, config, world)
         result = run_episode(env, ScriptedPush(task.scene), start, 2.0, [online], stop_on_success=False)
         truth = world.oracle.read()
         obs = env.observe()
+        bounded = Env(task, EnvConfig(runtime=RuntimeConfig(follow=True, correct=False)), world)
+        run_episode(bounded, ScriptedPush(task.scene), start, 2.0, [waiting], stop_on_success=False)
+    assert not np.array_equal(waiting.states[-1].q, offline.states[-1].q)
     assert env.online and type(env.runtime) is type(Env(task).runtime)
     assert len(online.states) == len(offline.states) == 120
     for a, b in zip(online.states, offline.states):

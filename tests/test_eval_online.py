@@ -66,7 +66,9 @@ def test_a_failed_surrogate_ends_its_episode_as_an_error_and_a_fresh_one_carries
 
 
 def test_online_an_always_and_a_never_successful_policy_score_100_and_0_and_a_lie_shows(task) -> None:
-    starts = near_goal_starts(task, [(0.0, 0.04, 0.0)])
+    # The expert solves this start online in 9.9 s (6.4 s with the lead bound and arm shaping off); over six
+    # near-goal starts it solved all six both ways, in 9.9–21.9 s (docs/decisions.md, "The lead bound").
+    starts = near_goal_starts(task, [(-0.03, 0.03, -0.4)])
     expert = evaluate_online(task, PushTExpert(task.scene), starts, 1, 12.0, progress=False).summary()
     assert expert["success"] == 1.0 and expert["errors"] == 0
     assert expert["sync_error_mean_mm"] < 10.0  # the corrected twin kept the T where the world has it

@@ -134,14 +134,27 @@ class VisualCorrection:
     """Computes visual wrenches on a twin's objects from camera images (see the module docstring)."""
 
     def __init__(
-        self, views: TwinViews, model: mujoco.MjModel, config: CorrectionConfig = CorrectionConfig(), *, frame_dt: float
+        self,
+        views: TwinViews,
+        model: mujoco.MjModel,
+        config: CorrectionConfig = CorrectionConfig(),
+        *,
+        frame_dt: float,
+        held_frames: int = 1,
     ) -> None:
         """`views` renders the twin into the real cameras (their told intrinsics and poses, at the image size
         the cameras deliver); `model` is the twin's MuJoCo model; `frame_dt` s the physics frame a wrench acts
         over (the twin's frame period): damping is capped at m/frame_dt (I/frame_dt) so the explicit damping
-        force stays stable."""
+        force stays stable. `held_frames` physics frames make up `frame_dt` (the runtime's `correct_every`: the
+        wrench is applied again on the frames between two corrections); the visual spring's stiffness is divided
+        by it, so one correction's pull gives the same impulse however long it is held. Held twice as long at full
+        stiffness, the pull overshot what it found and a 2 s scripted push corrected every other frame fell into
+        a growing oscillation (up to 13 N, the T 26 mm off; docs/decisions.md, "The lead bound")."""
         if not frame_dt > 0:
             raise ValueError(f"frame_dt: must be > 0, got {frame_dt}")
+        if held_frames < 1:
+            raise ValueError(f"held_frames: must be ≥ 1, got {held_frames}")
+        self._spring_scale = 1.0 / held_frames
         self.views, self.model, self.config = views, model, config
         self._kin = mujoco.MjData(model)
         mask = views.object_mask
@@ -231,6 +244,7 @@ class VisualCorrection:
             groups = [{"params": [means], "lr": cfg.lr_means}, {"params": [quats], "lr": cfg.lr_quats}]
             losses = self._optimise(groups, lambda: [means, quats, *rest], fixed, target, window, stages)
             wrenches, moved = self._wrenches(means.detach().double() - means0.double(), means0.double(), xipos)
+            wrenches = self._spring_scale * wrenches
         if support is not None:
             wrenches = planar_wrenches(wrenches, support)
         norm = np.linalg.norm(wrenches[:, :3], axis=1, keepdims=True)
@@ -323,7 +337,7 @@ class VisualCorrection:
         losses = self._optimise(groups, objects, fixed, target, window, stages)
         found = torch.cat([shift_xy, shift_z], dim=-1).detach().double().numpy()
         turned = torch.cat([rot_xy, rot_z], dim=-1).detach().double().numpy()
-        wrench = np.concatenate([cfg.stiffness * found, cfg.rot_stiffness * turned], axis=1)
+        wrench = self._spring_scale * np.concatenate([cfg.stiffness * found, cfg.rot_stiffness * turned], axis=1)
         if cfg.integral > 0:
             step = np.concatenate([found, turned], axis=1)
             self._accumulated = self._accumulated * np.exp(-self._frame_dt / cfg.integral_leak) + step

@@ -1,0 +1,78 @@
+"""The lead bound: the twin arm may not run ahead of the real arm by more than a set distance at its tip.
+
+In Real-is-Sim the twin arm leads and the real arm follows it through the follower, one frame late at best. It
+falls further behind when the twin moves faster than the real arm's limits allow, and when the real object
+resists the real arm more than the twin's resists the twin's (a heavier T, box edges against the twin's
+spheres). The twin arm then pushes the twin's objects where the real arm has not arrived, and the visual
+correction has to fight the twin's own contact to keep them with the real ones: measured on the contact-rich
+scenario, the tip led by up to 70 mm and the T's largest losses came with those leads (docs/decisions.md,
+"The lead bound").
+
+`LeadBound.bound(q_target, q_previous, q_real)` shortens each frame's step of the twin's desired joints (from
+the last frame's towards the policy's) so that the desired tip stays within `max_lead` of the real arm's measured
+tip. The twin arm still moves as the policy asks while the real arm keeps up; when it does not, the twin waits
+for it. The desired joints never jump back towards the real arm: an early version that projected them onto the
+real arm yanked the twin's servos and, in real time, threw the T at 50 m/s. The measured joints are what a deployment
+reads from the robot anyway: nothing here reads the oracle.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+from numpy.typing import ArrayLike
+
+from realissim.assets import panda
+
+
+class LeadBound:
+    """Limits the desired tip's distance from the real arm's tip (see the module docstring).
+
+    `model` is the twin's MuJoCo model, `robot_qpos` (J,) the robot joints' qpos addresses; the tip is the pusher
+    tip's site, or the flange's for a robot without a pusher."""
+
+    BISECTIONS = 12
+    """Halvings of the step's fraction when the whole step would lead too far (to 1/4096 of the step)."""
+
+    def __init__(self, model: mujoco.MjModel, robot_qpos: np.ndarray, max_lead: float) -> None:
+        if not max_lead > 0:
+            raise ValueError(f"max_lead: must be > 0 m, got {max_lead}")
+        self.model, self.robot_qpos, self.max_lead = model, np.asarray(robot_qpos, dtype=np.intp), float(max_lead)
+        site = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, panda.TIP_SITE)
+        if site < 0:
+            site = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, panda.FLANGE_SITE)
+        if site < 0:
+            raise ValueError(f"the model has neither a {panda.TIP_SITE!r} nor a {panda.FLANGE_SITE!r} site")
+        self._site = site
+        self._data = mujoco.MjData(model)
+
+    def tip(self, q: ArrayLike) -> np.ndarray:
+        """World position (3,) m of the tip at the robot's joints q (J,) rad."""
+        d = self._data
+        d.qpos[self.robot_qpos] = q
+        mujoco.mj_kinematics(self.model, d)
+        return d.site_xpos[self._site].copy()
+
+    def bound(self, q_target: ArrayLike, q_previous: ArrayLike, q_real: ArrayLike) -> tuple[np.ndarray, float]:
+        """The desired joints (J,) rad to set this frame: the furthest point from q_previous (the twin's current
+        desired joints) towards q_target whose tip leads the tip at q_real (the real arm's measured joints) by at
+        most `max_lead` m — or, when q_previous already leads by more (the real arm fell behind), by no more than
+        q_previous does. So the desired joints never jump back towards the real arm (no jerk for the twin's
+        servos), and a step that closes the lead is always taken. Also returns the lead of q_target itself, m.
+        All arrays (J,) rad must be finite."""
+        q_target, q_previous, q_real = (np.asarray(q, dtype=np.float64) for q in (q_target, q_previous, q_real))
+        if not all(np.all(np.isfinite(q)) for q in (q_target, q_previous, q_real)):
+            raise ValueError("lead bound: joint arrays must be finite")
+        real = self.tip(q_real)
+        lead = self._lead(q_target, real)
+        allowed = max(self.max_lead, self._lead(q_previous, real))
+        if lead <= allowed:
+            return q_target, lead
+        step, lo, hi = q_target - q_previous, 0.0, 1.0  # lo: a fraction known to be within the allowance
+        for _ in range(self.BISECTIONS):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if self._lead(q_previous + mid * step, real) <= allowed else (lo, mid)
+        return q_previous + lo * step, lead
+
+    def _lead(self, q: np.ndarray, real_tip: np.ndarray) -> float:
+        return float(np.linalg.norm(self.tip(q) - real_tip))
