@@ -8,7 +8,8 @@ it flagged within 0.25 s of their start.
     python benchmarks/contact_sync.py --sweep [--profiles 12] [--tune 4]   # the gap sweep, correction on
 
 The sweep's profiles come from `eval.sync.sweep` (seeded); the first `--tune` are the ones to tune on, the
-rest are held out, and the table marks which is which.
+rest are held out, and the table marks which is which. With `--json`, a sweep writes its file after every profile
+and, run again with the same settings, resumes from it.
 """
 
 from __future__ import annotations
@@ -106,13 +107,26 @@ def main(args: Args) -> dict:
 
 
 def sweep(args: Args) -> dict:
-    rows = {}
+    """One row per profile. With `--json`, the file is rewritten after every profile and a sweep cut off is resumed
+    from it: rows already there (same sweep seed, scenario seed, length and correction rate) are not run again."""
+    rows: dict = {}
+    key = {"sweep_seed": args.sweep_seed, "seed": args.seed, "seconds": args.seconds,
+           "correct_every": args.correct_every, "calibrate_at": args.calibrate_at}  # fmt: skip
+    if args.json is not None and args.json.exists():
+        done = json.loads(args.json.read_text())
+        if done.pop("_key", None) == key:
+            rows = done
+            logging.getLogger(__name__).warning("resuming the sweep: %d profiles done in %s", len(rows), args.json)
     with tempfile.TemporaryDirectory() as folder:
         for i, (name, gap) in enumerate(sweep_profiles(args.profiles, args.sweep_seed)):
+            if name in rows:
+                continue
             path = Path(folder) / f"{name}.json"
             save_gap(gap, path)
             out = run(path, args.seconds, args.seed, True, name, args.correct_every, args.calibrate_at)
             rows[name] = {"set": "tune" if i < args.tune else "held-out", **describe(gap), **out}
+            if args.json is not None:
+                args.json.write_text(json.dumps(jsonable({"_key": key, **rows}), indent=2))
     params = ("friction", "mass", "com_mm", "latency_ms", "cam_rot_deg", "shadows")
     shown = ("pos_err_median_mm", "pos_err_p95_mm", "pos_err_p95_moving_mm", "pos_err_max_mm", "yaw_err_p95_deg",
              "silent_loss_s", "longest_silent_loss_s", "detector_recall", "false_alarms_per_min", "desynced_s",
@@ -123,8 +137,6 @@ def sweep(args: Args) -> dict:
     for name, row in rows.items():
         cells = [f"{row[k]:.2f}" for k in params + shown]
         print(f"| {name} | {row['set']} | " + " | ".join(cells) + " |")
-    if args.json is not None:
-        args.json.write_text(json.dumps(jsonable(rows), indent=2))
     return rows
 
 
