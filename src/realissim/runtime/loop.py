@@ -77,9 +77,10 @@ class RuntimeConfig:
     """While the real arm follows, each frame's step of the twin's desired joints is shortened so that the desired
     tip leads the real arm's measured tip by at most this, m (`runtime.lead`). None: no bound. Measured on the
     contact-rich scenario, the unbounded twin tip led the real one by up to 70 mm and the T's largest losses came
-    with those leads; bounded at 10 mm and shaped within `arm_limits`, the p95 error fell from ~16 to ~10 mm
-    over six seeds (docs/decisions.md, "The lead bound"). Bounded but not shaped, the real arm, kept at speed
-    right behind the twin's, overshoots it when the twin stops abruptly: use both."""
+    with those leads; bounded at 10 mm and shaped within `arm_limits`, the largest errors halved (on six tuning
+    seeds and two held-out ones; the p95 fell on the tuning seeds only: docs/decisions.md, "The lead bound").
+    Bounded but not shaped, the real arm, kept at speed right behind the twin's, overshoots it when the twin stops
+    abruptly: use both."""
     sighting: SightingConfig = field(default_factory=SightingConfig)
     """Where the cameras see each object (every corrected frame, ~1 ms): evidence for the detector."""
     reacquire: bool = True
