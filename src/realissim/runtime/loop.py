@@ -197,7 +197,7 @@ class Runtime:
         """This episode's re-acquisition attempts, in order."""
         self._stalled = False
         self._held_target: np.ndarray | None = None
-        self._desired: np.ndarray | None = None
+        self._desired = self.twin.data.ctrl[self.twin.layout.actuators].copy()
         """The last frame's desired joints after the lead bound, before shaping (J,) rad."""
         self._held_wrench: np.ndarray | None = None
         self._frame = 0
@@ -303,10 +303,9 @@ class Runtime:
         else:
             self._held_target = None
         lead = float("nan")
-        q_target = check_targets(self.twin.layout, q_target)[0]
         if self.lead_bound is not None and q_real is not None and not self.desynced:
-            previous = self._desired if self._desired is not None else self.twin.data.ctrl[self.twin.layout.actuators]
-            q_target, lead = self.lead_bound.bound(q_target, previous, q_real)
+            q_target = check_targets(self.twin.layout, q_target)[0]  # within the joint limits before bounding
+            q_target, lead = self.lead_bound.bound(q_target, self._desired, q_real)
         self._desired = q_target
         qd_target = None
         if self.shaper is not None:
