@@ -151,7 +151,10 @@ class Env:
             self.runtime.reset(at)
             self.runtime.calibrate()
             self._calibrated = True
-            if at != start:
+            # Again after calibrating: in real time the world's clock ran during the fit (seconds), and its
+            # scheduled disturbances would have happened before the episode began.
+            assert self.world is not None
+            if at != start or not self.world.lockstep:
                 self.runtime.reset(start)
         else:
             self.runtime.reset(start)
