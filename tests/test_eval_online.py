@@ -14,7 +14,8 @@ from realissim.envs.env import FrameInfo
 from realissim.eval.episode import EpisodeObserver
 from realissim.eval.online import evaluate_online, write_online_report
 from realissim.expert.pusht import PushTExpert
-from realissim.real.surrogate import Surrogate, SurrogateConfig
+from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
+from realissim.runtime import RuntimeConfig
 from realissim.tasks import make
 
 pytestmark = pytest.mark.slow
@@ -75,6 +76,34 @@ def test_online_an_always_and_a_never_successful_policy_score_100_and_0_and_a_li
     liar = evaluate_online(task, HoldStill(1.0), starts, 1, 1.0, progress=False).summary()
     assert liar["success"] == 0.0 and liar["progress_success"] == 1.0
     assert liar["progress_agreement_matrix"] == [[0, 1], [0, 0]]
+
+
+class UnseenHand(EpisodeObserver):
+    """Moves the real T by `displacement` m at frame `frame` of every episode (the twin is not told)."""
+
+    def __init__(self, frame: int, displacement: tuple[float, float, float]) -> None:
+        self.frame, self.displacement = frame, displacement
+
+    def on_frame(self, frame: FrameInfo) -> None:
+        if frame.frame == self.frame:
+            world = frame.env.world
+            assert world is not None
+            world.disturb(Disturbance("move_object", object="tblock", displacement=self.displacement))
+
+
+def test_an_episode_the_detector_holds_too_long_is_abandoned(task) -> None:
+    """The real T moved 15 cm with the search off: the detector fires and holds the arm for good; the episode
+    ends `max_held_s` later as abandoned (a failure), not at its time limit."""
+    starts = near_goal_starts(task, [(0.0, 0.04, 0.0)])
+    config = EnvConfig(runtime=RuntimeConfig(reacquire=False), max_held_s=1.0)
+    hand = UnseenHand(frame=15, displacement=(0.15, 0.0, 0.0))
+    report = evaluate_online(task, HoldStill(), starts, 1, 20.0, config, observers=[hand], progress=False)
+    result = report.episodes[0].result
+    assert result is not None and result.abandoned and not result.success
+    fired = result.desync_events[0]
+    assert fired[1] == "fired" and fired[0] < 1.0
+    assert fired[0] + 1.0 <= result.duration <= fired[0] + 2.0 + 1e-6  # the cap, to the end of its 1 s chunk
+    assert report.summary()["abandoned"] == 1
 
 
 class CountResets(EpisodeObserver):

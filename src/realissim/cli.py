@@ -495,6 +495,9 @@ class EvalOffline:
     calibrate_at: Literal["goal", "start"] = "goal"
     """online: where the twin's appearance is fitted to the cameras: with the T on its goal (exact where success
     is judged) or at the first start (`EnvConfig.calibrate_at`, docs/decisions.md)."""
+    max_held_s: float | None = 10.0
+    """online: abandon an episode once the desync detector has held the arm this long without a break, simulated
+    s (the twin lost an object and could not find it; `EnvConfig.max_held_s`); None: never."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -564,12 +567,15 @@ class EvalOffline:
         policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
         task = make(name.partition("/")[0])
         policy.check_scene(task.scene)
-        config = policy.env_config(online_env_config(self.correct_every, self.replan_every, self.calibrate_at))
+        config = policy.env_config(
+            online_env_config(self.correct_every, self.replan_every, self.calibrate_at, self.max_held_s)
+        )
         world = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=(160, 90),
                                 mode="realtime" if self.realtime else "lockstep")  # fmt: skip
         about = {"checkpoint": str(self.target), "starts": name, "trials": self.trials,
                  "gap": str(self.gap) if self.gap else "default", "realtime": self.realtime,
-                 "correct_every": self.correct_every, "calibrate_at": self.calibrate_at}  # fmt: skip
+                 "correct_every": self.correct_every, "calibrate_at": self.calibrate_at,
+                 "max_held_s": self.max_held_s}  # fmt: skip
         # With --out, every episode goes to a journal as it ends: the same command again resumes.
         key = about | {"limit": self.limit, "max_seconds": self.max_seconds, "steps": self.steps, "seed": self.seed,
                        "replan_every": self.replan_every}  # fmt: skip

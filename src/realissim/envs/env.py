@@ -50,10 +50,18 @@ class EnvConfig:
     (its sides' shading is baked in; docs/decisions.md, "Calibrate at the goal"), and the goal is where the task
     needs millimetres. On a real robot: the objects are put on their goal marks for calibration. A task without
     goals calibrates at the start."""
+    max_held_s: float | None = None
+    """Online: an episode in which the desync detector has held the arm this long without a break, simulated s, is
+    abandoned (`EpisodeResult.abandoned`, judged on ground truth as it stands): the twin has lost an object and
+    the search has not found it again, so the rest of the episode would measure nothing but the wait (stop 31:
+    one T propped on its edge held the arm for 58 of 60 s). None (the default, as sync scenarios want): never;
+    online evaluation sets 10 s (`online_env_config`)."""
 
     def __post_init__(self) -> None:
         if self.replan_every is not None and not self.replan_every > 0:
             raise ValueError(f"replan_every: must be > 0 s or None, got {self.replan_every}")
+        if self.max_held_s is not None and not self.max_held_s > 0:
+            raise ValueError(f"max_held_s: must be > 0 s or None, got {self.max_held_s}")
         if min(self.image_size) < 16:
             raise ValueError(f"image_size: must be at least 16×16 px, got {self.image_size}")
 

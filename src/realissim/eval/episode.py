@@ -2,13 +2,15 @@
 
 An episode: reset the environment to a start, then ask the policy for a chunk, let the environment follow
 it, and repeat until `max_seconds` of simulated time (or, with `stop_on_success`, until the task is
-solved). The task is judged on ground truth every `judge_every` s: online on the world's oracle, offline on
+solved; or, online, until the desync detector has held the arm for `EnvConfig.max_held_s` without a break).
+The task is judged on ground truth every `judge_every` s: online on the world's oracle, offline on
 the twin's own state (the twin is the world there). Observers see the reset, every frame, and the result.
 The policy sees only observations; nothing here passes it the oracle.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -21,6 +23,8 @@ from realissim.envs.batch import BatchEnv
 from realissim.envs.env import Env, FrameInfo
 from realissim.policy.base import Observation, Policy
 from realissim.spec.state import StartState
+
+log = logging.getLogger(__name__)
 
 
 class EpisodeObserver:
@@ -67,6 +71,15 @@ class EpisodeResult:
     """Online: (time, "fired" | "re-armed"), s, in order."""
     reacquisitions: int = 0
     """Online: how many times an object of the twin was re-acquired (put where the cameras found it)."""
+    abandoned: bool = False
+    """Online: ended early because the detector held the arm for `EnvConfig.max_held_s` without a break (the
+    episode counts as it stands on ground truth: a failure unless the task was already solved)."""
+
+    def held_for(self, now: float) -> float:
+        """How long, s, the detector has held the arm without a break at twin time `now` (0 while in sync)."""
+        if not self.desync_events or self.desync_events[-1][1] != "fired":
+            return 0.0
+        return now - self.desync_events[-1][0]
 
     def summary(self) -> dict[str, float | bool | int]:
         """Scalars: success, success time, final metrics, duration, frames, wall time, final progress."""
@@ -83,6 +96,7 @@ class EpisodeResult:
             "desynced_s": self.desynced_s,
             "desync_events": len([e for e in self.desync_events if e[1] == "fired"]),
             "reacquisitions": self.reacquisitions,
+            "abandoned": self.abandoned,
         }
 
 
@@ -161,6 +175,7 @@ def _episodes(
 
     frames, calls, policy_s = 0, 0, 0.0
     limit = round(max_seconds / env.dt)
+    max_held = env.config.max_held_s if isinstance(env, Env) and env.online else None
     while frames < limit:
         t0 = time.perf_counter()
         chunk = policy.act(observation)
@@ -169,6 +184,11 @@ def _episodes(
         observation, info = env.step(chunk, on_frame, limit - frames)
         frames += info.frames
         if stop_on_success and all(r.success for r in results):
+            break
+        if max_held is not None and results[0].held_for(float(observation.time)) >= max_held - 1e-9:
+            log.info("episode abandoned at %.1f s: the detector has held the arm for %.1f s",
+                     float(observation.time), results[0].held_for(float(observation.time)))  # fmt: skip
+            results[0].abandoned = True
             break
     judge.judge(float(np.max(observation.time)))
     wall = time.perf_counter() - wall0

@@ -145,6 +145,7 @@ class OnlineReport:
             "desynced_s": float(sum(r.desynced_s for r in done)),
             "desync_events": int(sum(sum(1 for _, what in r.desync_events if what == "fired") for r in done)),
             "reacquisitions": int(sum(r.reacquisitions for r in done)),
+            "abandoned": int(sum(r.abandoned for r in done)),
             "median_episode_wall_s": float(np.median([r.wall_s for r in done])) if n else math.nan,
             "wall_s": self.wall_s,
         }
@@ -154,13 +155,17 @@ WorldFactory = Callable[[], Surrogate]
 
 
 def online_env_config(
-    correct_every: int = 1, replan_every: float | None = None, calibrate_at: Literal["goal", "start"] = "goal"
+    correct_every: int = 1,
+    replan_every: float | None = None,
+    calibrate_at: Literal["goal", "start"] = "goal",
+    max_held_s: float | None = 10.0,
 ) -> EnvConfig:
     """The environment of an online evaluation: the default runtime (correction and follower on), correcting on
     every `correct_every`-th frame (`RuntimeConfig.correct_every`), the twin's appearance calibrated at the task's
-    goal or at the first start (`EnvConfig.calibrate_at`)."""
+    goal or at the first start (`EnvConfig.calibrate_at`), an episode abandoned after `max_held_s` s of
+    unbroken hold by the desync detector (`EnvConfig.max_held_s`)."""
     return EnvConfig(runtime=RuntimeConfig(correct_every=correct_every), replan_every=replan_every,
-                     calibrate_at=calibrate_at)  # fmt: skip
+                     calibrate_at=calibrate_at, max_held_s=max_held_s)  # fmt: skip
 
 
 def evaluate_online(
