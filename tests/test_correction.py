@@ -260,6 +260,15 @@ def test_a_resting_object_gets_only_the_in_plane_part_of_its_wrench(setup) -> No
     lifted.qpos[_t_qpos(twin) + 2] += 0.1
     mujoco.mj_forward(twin.model, lifted)
     assert not support_normals(twin.model, lifted, correction.object_bodies).any()
+    assert not support_normals(twin.model, lifted, correction.object_bodies, margin=0.005).any()
+    # Hopped 2 mm off the table (no contact): still resting on it within the margin, and only within it.
+    lifted.qpos[_t_qpos(twin) + 2] -= 0.098
+    mujoco.mj_forward(twin.model, lifted)
+    assert not support_normals(twin.model, lifted, correction.object_bodies).any()  # no contact
+    np.testing.assert_allclose(
+        support_normals(twin.model, lifted, correction.object_bodies, margin=0.005)[0], [0.0, 0.0, 1.0], atol=1e-6
+    )
+    assert not support_normals(twin.model, lifted, correction.object_bodies, margin=0.001).any()
 
 
 def test_a_global_brightness_change_does_not_pull_the_object(setup) -> None:

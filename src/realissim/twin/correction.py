@@ -85,10 +85,16 @@ class CorrectionConfig:
     planar_on_support: bool = True
     """While an object rests on static geometry (the table), keep only the in-plane part of its wrench (force
     along the surface, torque about its normal): the support already fixes the rest (docs/decisions.md)."""
+    support_margin: float = 0.005
+    """An object within this distance of static geometry counts as resting on it, m, contact or not: without it a
+    T that hopped a millimetre got the full pull into the table (the force cap, 20 N), bounced, and slid off
+    with no friction to hold it (docs/decisions.md, "Support within a margin")."""
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
             raise ValueError(f"iterations: must be ≥ 1, got {self.iterations}")
+        if not self.support_margin >= 0:
+            raise ValueError(f"support_margin: must be ≥ 0 m, got {self.support_margin}")
         if self.crop_margin is not None and self.crop_margin < 0:
             raise ValueError(f"crop_margin: must be ≥ 0 or None, got {self.crop_margin}")
         for name in ("lr_means", "lr_quats", "adam_eps", "stiffness", "huber_delta", "max_force"):
@@ -189,7 +195,11 @@ class VisualCorrection:
         xpos, xquat, xipos = self.poses(twin.data.qpos, twin.layout.robot_qpos, q_real)
         now = twin.state()
         velocity = np.concatenate([now.object_linvel, now.object_angvel], axis=1)
-        support = support_normals(self.model, twin.data, self.object_bodies) if self.config.planar_on_support else None
+        support = (
+            support_normals(self.model, twin.data, self.object_bodies, self.config.support_margin)
+            if self.config.planar_on_support
+            else None
+        )
         return self(xpos, xquat, xipos, images, velocity, support)
 
     def poses(
