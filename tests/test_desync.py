@@ -102,6 +102,31 @@ def test_the_sightings_own_error_widens_its_thresholds_and_a_confirmation_rearms
     assert [slack.update(2e-3, distance=0.01) for _ in range(10)] == [True] * 9 + [False]
 
 
+def test_a_residual_confirmed_high_at_re_arming_is_the_new_floor_until_it_comes_down() -> None:
+    """Re-armed on a re-acquisition's confirmation with the residual still 3.5× its baseline (shadows the twin
+    does not render): it does not fire again at once; a further 3× rise still fires; back at the baseline the
+    floor is gone and 3.5× fires again."""
+    cfg = DesyncConfig(warmup=10, frames=10, sight_frames=6, sight_distance=0.02)
+    det = DesyncDetector(cfg)
+    for _ in range(20):
+        det.update(1e-3, distance=0.005)
+    assert any(det.update(3.5e-3, distance=0.005) for _ in range(10))
+    det.confirm()
+    assert [det.update(3.5e-3, distance=0.005) for _ in range(10)] == [True] * 9 + [False]
+    assert det.floor == pytest.approx(3.5e-3)
+    assert not any(det.update(3.5e-3, distance=0.005) for _ in range(100))  # before: fired again every 11 frames
+    assert any(det.update(12e-3, distance=0.005) for _ in range(10))  # 3.4× the floor: a loss all the same
+    det.confirm()
+    for _ in range(10):
+        det.update(12e-3, distance=0.005)
+    assert not det.desynced
+    for _ in range(5):
+        det.update(1e-3, distance=0.005)
+    assert det.floor == 0.0
+    assert any(det.update(3.5e-3, distance=0.005) for _ in range(10))
+    assert [kind for _, kind in det.events] == ["fired", "re-armed"] * 2 + ["fired"]
+
+
 def test_an_alarm_that_ends_a_loss_at_once_is_not_a_false_alarm() -> None:
     """A loss of 0.1 s that the alarm's re-acquisition ends in the alarm's first frame: the error is gone
     during the alarm, but it followed a real loss within `within`, so it is not false; one 1 s later is."""

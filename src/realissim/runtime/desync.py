@@ -9,7 +9,10 @@ re-arms once the residual has come back down and the seen object agrees with the
 
 The baseline learns only from frames that look in sync (residual below `recover` × baseline and, when a
 sighting is given, the object seen where the twin has it): a twin drifting away slowly must not teach the
-detector that drifting is normal.
+detector that drifting is normal. One exception: when the detector re-arms on a re-acquisition's confirmation
+with the residual still high (the twin is where the images show the object, but the images hold what the twin
+does not render: shadows, the arm over the object), that residual becomes a floor under the baseline until the
+residual comes back down to the baseline's level; otherwise it would fire again on the next frame.
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ class DesyncDetector:
         self.events: list[tuple[int, str]] = []
         """(frame, "fired" | "re-armed") in order."""
         self._frame = 0
+        self._floor = 0.0
+        self._recent: deque[float] = deque(maxlen=config.frames)
 
     def restart(self) -> None:
         """A new episode: in sync, no events, counters cleared; the learned baseline (a property of the cameras
@@ -81,6 +86,8 @@ class DesyncDetector:
         self._high = self._low = self._away = self._skewed = self._frame = 0
         self.desynced = self._confirmed = False
         self.events = []
+        self._floor = 0.0
+        self._recent.clear()
 
     def confirm(self) -> None:
         """While out of sync: a re-acquisition has put the twin's objects where the images show them (or found
@@ -94,6 +101,12 @@ class DesyncDetector:
     def baseline(self) -> float:
         """The median in-sync residual (inf during warm-up)."""
         return float(np.median(self._baseline)) if len(self._baseline) >= self.config.warmup else float("inf")
+
+    @property
+    def floor(self) -> float:
+        """The residual level confirmed as in sync at the last re-arm on a confirmation (0: none): the rise is
+        measured from max(baseline, floor). Cleared once the residual is back below `recover` × baseline."""
+        return self._floor
 
     def update(
         self,
@@ -112,7 +125,10 @@ class DesyncDetector:
         away = d > cfg.sight_distance + self.sight_slack  # False for NaN: not seen is no evidence
         skewed = o < cfg.min_overlap
         agrees = not d > 0.5 * cfg.sight_distance + self.sight_slack and not skewed
-        high = residual > cfg.rise * base or force_saturated
+        if self._floor and residual < cfg.recover * base:
+            self._floor = 0.0  # the images look as the baseline knows them again
+        self._recent.append(float(residual))
+        high = residual > cfg.rise * max(base, self._floor) or force_saturated
         low = (residual < cfg.recover * base or self._confirmed) and agrees
         self._high = self._high + 1 if high else 0
         self._away = self._away + 1 if away else 0
@@ -134,6 +150,10 @@ class DesyncDetector:
             log.info("desync fired at frame %d (%s): residual %.3g (baseline %.3g), seen %.1f mm away, overlap %.2f",
                      self._frame, ", ".join(why), residual, base, 1e3 * d, o)  # fmt: skip
         elif self.desynced and self._low >= cfg.frames:
+            if self._confirmed and not residual < cfg.recover * base:
+                # Re-armed on the search's and the sighting's word, not the residual's: its level now is what
+                # in sync looks like here.
+                self._floor = float(np.median(self._recent))
             self.desynced = self._confirmed = False
             self.events.append((self._frame, "re-armed"))
         warming = len(self._baseline) < cfg.warmup
