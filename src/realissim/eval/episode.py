@@ -185,9 +185,10 @@ def _episodes(
         frames += info.frames
         if stop_on_success and all(r.success for r in results):
             break
-        if max_held is not None and results[0].held_for(float(observation.time)) >= max_held - 1e-9:
+        held = results[0].held_for(float(observation.time)) if max_held is not None else 0.0
+        if max_held is not None and held >= max_held - 1e-9:
             log.info("episode abandoned at %.1f s: the detector has held the arm for %.1f s",
-                     float(observation.time), results[0].held_for(float(observation.time)))  # fmt: skip
+                     float(observation.time), held)  # fmt: skip
             results[0].abandoned = True
             break
     judge.judge(float(np.max(observation.time)))

@@ -228,6 +228,7 @@ class Runtime:
         if self.correction is not None:
             self.correction.reset()
         self._held_target = self._held_wrench = None
+        self._held_left = 0
         self._stalled = False
         self._frame = self._next_search = 0
         self.reacquisitions = []
