@@ -3,6 +3,7 @@ surrogate killed or hung mid-episode (that episode is an error, the others are k
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -139,6 +140,24 @@ def test_an_online_evaluation_cut_off_resumes_from_its_journal(task, tmp_path) -
     with pytest.raises(ValueError, match="journal was written for"):
         evaluate_online(task, HoldStill(), starts, 2, 0.5, config, progress=False, journal=journal,
                         journal_key={"checkpoint": "another"})  # fmt: skip
+
+
+def test_an_online_evaluation_given_more_starts_runs_only_the_further_ones(task, tmp_path) -> None:
+    starts = near_goal_starts(task, [(0.0, 0.04, 0.0), (0.03, 0.0, 0.2)])
+    journal, key = tmp_path / "episodes.jsonl", {"checkpoint": "hold-still"}
+    config = EnvConfig(calibrate="never")
+    first = evaluate_online(task, HoldStill(), starts[:1], 1, 0.5, config, progress=False, journal=journal,
+                            journal_key=key)  # fmt: skip
+    counter = CountResets()
+    both = evaluate_online(task, HoldStill(), starts, 1, 0.5, config, observers=[counter], progress=False,
+                           journal=journal, journal_key=key)  # fmt: skip
+    assert counter.resets == 1  # the first start was read back from the journal
+    assert [e.start_index for e in both.episodes] == [0, 1]
+    assert both.episodes[0].result.summary() == first.episodes[0].result.summary()  # type: ignore[union-attr]
+    assert json.loads(journal.read_text().splitlines()[0])["starts"] == 2
+    fewer = evaluate_online(task, HoldStill(), starts[:1], 1, 0.5, config, observers=[counter], progress=False,
+                            journal=journal, journal_key=key)  # fmt: skip
+    assert counter.resets == 1 and [e.start_index for e in fewer.episodes] == [0]
 
 
 def test_workers_run_the_same_episodes_as_one_process(task) -> None:

@@ -145,3 +145,35 @@ def test_the_detector_stays_quiet_over_an_episode_in_sync(online: tuple[Surrogat
 def test_runtime_config_rejects_bad_retry_periods() -> None:
     with pytest.raises(ValueError, match="retry_frames"):
         replace(RuntimeConfig(), retry_frames=0)
+
+
+def test_while_held_the_lost_object_rests_instead_of_being_pulled(scene: SceneSpec) -> None:
+    """Re-acquisition off, the twin's T kept 3 cm from the real one until the detector fires: from then on the
+    correction's wrench is withheld (`rest_while_held`), so the T stays where it was lost; with it off, the
+    correction keeps pulling the held T."""
+    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90), seed=4)) as world:
+        runtime = Runtime(scene, RuntimeConfig(reacquire=False), world)
+        runtime.reset()
+        runtime.calibrate()
+        home = np.asarray(scene.robot.home)
+        moved = {}
+        for rest in (True, False):
+            runtime.config = replace(runtime.config, rest_while_held=rest)
+            runtime.reset()
+            _settle(runtime, home, 10)
+            s = runtime.twin.state()
+            held = s.object_pos[0] + 0.03 * np.array([math.cos(1.2), math.sin(1.2), 0.0])
+            for _ in range(30):  # the T kept away until the detector fires, then let go
+                place_object(runtime.twin, 0, held, s.object_quat[0])
+                report = runtime.frame(home)
+                if report.desynced:
+                    break
+            assert report.desynced, "a 3 cm loss must be flagged"
+            for _ in range(15):  # the pull applied while it was kept away has thrown it; it slides to a stop
+                runtime.frame(home)
+            held_at = runtime.twin.state().object_pos[0, :2].copy()
+            for _ in range(20):
+                report = runtime.frame(home)
+            moved[rest] = float(np.linalg.norm(report.state.object_pos[0, :2] - held_at))
+        assert moved[True] < 0.5e-3, moved
+        assert moved[False] > 2e-3, moved

@@ -147,7 +147,7 @@ def test_realtime_scenario_runs_on_the_wall_clock() -> None:
 
     start = time.monotonic()
     out = run_scenario(make("pusht"), ScenarioConfig(seconds=2.0, push_time=1.0, realtime=True), progress=False)
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < 180  # a guard against a hang, not a speed check (~25 s idle, 84 s loaded)
     assert out["frames_per_iteration"] > 1  # fewer corrected loops than frames: the twin caught up with the clock
     assert 1.0 < out["loop_hz"] < 200 and np.isfinite(out["pos_err_median_mm"])
     # The episode's clock starts after the calibration (seconds of wall time): the hand pushes the T at 1 s of the

@@ -576,8 +576,9 @@ class EvalOffline:
                  "gap": str(self.gap) if self.gap else "default", "realtime": self.realtime,
                  "correct_every": self.correct_every, "calibrate_at": self.calibrate_at,
                  "max_held_s": self.max_held_s}  # fmt: skip
-        # With --out, every episode goes to a journal as it ends: the same command again resumes.
-        key = about | {"limit": self.limit, "max_seconds": self.max_seconds, "steps": self.steps, "seed": self.seed,
+        # With --out, every episode goes to a journal as it ends: the same command again resumes, and with a
+        # larger --limit it runs only the further starts.
+        key = about | {"max_seconds": self.max_seconds, "steps": self.steps, "seed": self.seed,
                        "replan_every": self.replan_every}  # fmt: skip
         journal = self.out / "episodes.jsonl" if self.out is not None else None
         acting = policy if self.online_workers == 1 else CheckpointPolicy(str(self.target), self.steps, self.seed)

@@ -189,7 +189,8 @@ def evaluate_online(
     `journal`: a JSON-lines file that every episode is appended to as it ends; when it exists, its episodes
     are taken as done (not run again, and not shown to observers) and the rest run. Its first line holds
     `journal_key` (what was evaluated: checkpoint, start set, settings) and the number of starts; a journal
-    written for another key raises `ValueError` (delete it to start over).
+    written for another key raises `ValueError` (delete it to start over). `starts` are taken as the first N of
+    one set: the same key with more starts extends the journal (only the further starts run).
 
     `workers` > 1: that many processes each run episodes with their own surrogate (one thread per pool), taking
     the next start as they finish one; `policy` must then be a picklable `PolicyFactory` (e.g.
@@ -378,7 +379,9 @@ def _plain(value: object) -> object:
 
 
 def _read_journal(path: Path, key: dict[str, object] | None, starts: Sequence[StartState]) -> list[OnlineEpisode]:
-    """The episodes a journal holds (writing its header when it is new); see `evaluate_online`."""
+    """The episodes a journal holds for `starts` (writing its header when it is new); see `evaluate_online`.
+    `starts` are taken as the first N of the set the journal was written for, so the same key with more starts
+    extends the journal (its header then counts them) and with fewer reads only theirs."""
     header = {"journal_key": key, "starts": len(starts)}
     text = json.dumps(header, default=str)
     if not path.exists() or path.stat().st_size == 0:
@@ -386,12 +389,19 @@ def _read_journal(path: Path, key: dict[str, object] | None, starts: Sequence[St
         path.write_text(text + "\n")
         return []
     lines = path.read_text().splitlines()
-    if json.loads(lines[0]) != json.loads(text):
+    written = json.loads(lines[0])
+    if written.get("journal_key") != json.loads(text)["journal_key"]:
         raise ValueError(f"{path}: this journal was written for {lines[0]}, not {text}; delete it to start over")
+    if int(written.get("starts", 0)) < len(starts):  # extended: the header counts the starts it may now hold
+        lines[0] = text
+        path.write_text("\n".join(lines) + "\n")
     episodes = []
     for n, line in enumerate(lines[1:], start=2):
         try:
-            episodes.append(OnlineEpisode.from_json(json.loads(line), starts))
+            row = json.loads(line)
+            if int(row["start_index"]) >= len(starts):
+                continue  # one of the journal's further starts, not asked for this time
+            episodes.append(OnlineEpisode.from_json(row, starts))
         except (ValueError, KeyError, TypeError, IndexError) as err:
             if n == len(lines):  # a line cut off by a crash: that episode runs again
                 log.warning("%s: line %d is incomplete (%s); its episode runs again", path, n, err)

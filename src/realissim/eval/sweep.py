@@ -262,8 +262,11 @@ def sweep_online(
             about = {"checkpoint": str(path), "step": step, "sweep": key}
             acting = policy if workers == 1 else CheckpointPolicy(str(path), settings.steps, settings.seed)
             config = policy.env_config(online_env_config(settings.correct_every, calibrate_at=settings.calibrate_at))
+            # The journal's key leaves the limit out: a larger one extends the episodes already run.
+            journal_key = about | {"sweep": {k: v for k, v in key.items() if k != "limit"}}
             report = evaluate_online(task, acting, starts, settings.trials, settings.max_seconds, config, world,
-                                     journal=folder / "episodes.jsonl", journal_key=about, workers=workers)  # fmt: skip
+                                     journal=folder / "episodes.jsonl", journal_key=journal_key,
+                                     workers=workers)  # fmt: skip
             write_online_report(report, folder, about)
             summary = json.loads(done.read_text())
         rows.append(_row(step, path, summary))
