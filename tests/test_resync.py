@@ -177,3 +177,33 @@ def test_while_held_the_lost_object_rests_instead_of_being_pulled(scene: SceneSp
             moved[rest] = float(np.linalg.norm(report.state.object_pos[0, :2] - held_at))
         assert moved[True] < 0.5e-3, moved
         assert moved[False] > 2e-3, moved
+
+
+def test_a_lost_object_rests_until_placed_then_the_correction_tracks_again(
+    online: tuple[Surrogate, Runtime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rest_while_held`: from the alarm to the search's placement no wrench is applied (here the search places
+    the T in the frame the detector fires; the rest itself is the test above); from the placement on the
+    correction pulls again, also in the frames the detector still holds before it re-arms."""
+    _, runtime = online
+    home = np.asarray(runtime.scene.robot.home)
+    runtime.reset()
+    _settle(runtime, home, 10)
+    applied: list[bool] = []
+    apply = runtime.twin.apply_wrenches
+    monkeypatch.setattr(runtime.twin, "apply_wrenches", lambda w: (applied.append(True), apply(w)))
+    _teleport(runtime, 0.12, math.pi / 2, 0.6)
+    lost, found = [], []  # whether a wrench was applied in each held frame before / after the placement
+    placed = False
+    for _ in range(FPS):
+        was_held = runtime.desynced
+        applied.clear()
+        report = runtime.frame(home)
+        if was_held:
+            (found if placed else lost).append(bool(applied))
+        placed |= any(a.placed for a in report.reacquisitions)
+        if placed and not report.desynced:
+            break
+    assert placed and not report.desynced
+    assert not any(lost), "a wrench was applied to the lost T before the search placed it"
+    assert found and all(found), "the correction must track the placed T while the detector waits to re-arm"

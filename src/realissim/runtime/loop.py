@@ -96,11 +96,12 @@ class RuntimeConfig:
     """... and one that did, after this many (when the detector has still not re-armed: the placement did not
     bring the twin back in sync)."""
     rest_while_held: bool = True
-    """While the detector says out of sync, the correction's wrench is not applied: the twin's objects stay where
-    they were when it fired until the search places or confirms them (the correction still runs: its residual is
-    the detector's evidence). With the images no longer explained by the twin, the pull follows whatever the
-    photometric loss finds nearest (under shadows, measured: 25 → 129 mm from the real T in 3.5 s of hold);
-    False: the correction keeps pulling while held (docs/decisions.md)."""
+    """From the frame the detector fires until a search places or confirms the objects, the correction's wrench is
+    not applied: the twin's objects stay where they were lost (the correction still runs: its residual is the
+    detector's evidence). With the images no longer explained by the twin, the pull follows whatever the
+    photometric loss finds nearest (under shadows, measured: 25 → 129 mm from the real T in 3.5 s of hold). Once
+    placed or confirmed, the correction tracks again while the detector waits to re-arm (a real T still sliding
+    after the arm stopped). False: the correction keeps pulling throughout (docs/decisions.md)."""
 
     def __post_init__(self) -> None:
         if self.correct_every < 1:
@@ -210,6 +211,8 @@ class Runtime:
         """Frames the held wrench may still be applied: `correct_every` - 1 after each correction."""
         self._frame = 0
         self._next_search = 0
+        self._lost = False
+        """Held, and no search has placed or confirmed the objects since the detector fired."""
 
     @property
     def dt(self) -> float:
@@ -236,6 +239,7 @@ class Runtime:
         self._held_target = self._held_wrench = None
         self._held_left = 0
         self._stalled = False
+        self._lost = False
         self._frame = self._next_search = 0
         self.reacquisitions = []
 
@@ -287,7 +291,7 @@ class Runtime:
         if self.correction is not None and images is not None:
             t0 = clock()
             result = self.correction.correct(self.twin, q_real, torch.from_numpy(images))
-            if self.desynced and self.config.rest_while_held:
+            if self._lost and self.config.rest_while_held:
                 self.correction.reset()  # nothing it finds while the twin is lost may build up for later
                 self._held_wrench = None
             else:
@@ -299,7 +303,12 @@ class Runtime:
             t0 = clock()
             assert self.sighting is not None and self.detector is not None and q_real is not None
             sightings = tuple(self.sighting.observe(self.twin, q_real, images))
+            was = self.desynced
             self.detector.update(result.residual, result.saturated, *_evidence(sightings))
+            if self.desynced and not was:
+                self._lost = True
+            elif not self.desynced:
+                self._lost = False
             timing["sight"] = clock() - t0
             if not self.desynced:
                 self._next_search = 0  # the next time it fires, search at once
@@ -373,6 +382,8 @@ class Runtime:
             attempts.append(attempt)
         if settled:
             self.detector.confirm()
+        if settled or any(a.placed for a in attempts):
+            self._lost = False  # the twin's objects are where the images show them: the correction may track again
         if any(a.placed for a in attempts):
             self.correction.reset()
             self._held_wrench = None
