@@ -33,6 +33,16 @@ def online(scene: SceneSpec) -> Iterator[tuple[Surrogate, Runtime]]:
         yield world, runtime
 
 
+@pytest.fixture(scope="module")
+def unsearched(scene: SceneSpec) -> Iterator[tuple[Surrogate, Runtime]]:
+    """As `online`, with re-acquisition off: a loss stays a loss."""
+    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90), seed=4)) as world:
+        runtime = Runtime(scene, RuntimeConfig(reacquire=False), world)
+        runtime.reset()
+        runtime.calibrate()
+        yield world, runtime
+
+
 def _errors(world: Surrogate, report: FrameReport) -> tuple[float, float]:
     """The twin's T against the oracle (evaluation only): planar position error, m, and yaw error, rad."""
     truth = world.oracle.read()
@@ -83,32 +93,30 @@ def test_a_t_teleported_15_cm_and_90_degrees_away_is_resynced_within_a_second(
     assert pos < 0.01 and yaw < math.radians(3.0), (pos, math.degrees(yaw))
 
 
-def test_the_detector_fires_on_a_forced_loss_and_the_follower_holds(scene: SceneSpec) -> None:
+def test_the_detector_fires_on_a_forced_loss_and_the_follower_holds(unsearched: tuple[Surrogate, Runtime]) -> None:
     """Re-acquisition off: the twin's T held 6 cm from the real one must be flagged, and while flagged the
     real arm must not move however the policy commands it."""
-    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90), seed=4)) as world:
-        runtime = Runtime(scene, RuntimeConfig(reacquire=False), world)
-        runtime.reset()
-        runtime.calibrate()
-        home = np.asarray(scene.robot.home)
-        _settle(runtime, home, 10)
-        held = runtime.twin.state().object_pos[0] + np.array([0.0, 0.06, 0.0])
-        quat = runtime.twin.state().object_quat[0]
-        fired = None
-        for frame in range(30):
-            place_object(runtime.twin, 0, held, quat)  # keep the twin's T away from the real one
-            report = runtime.frame(home)
-            if report.desynced and fired is None:
-                fired = frame
-        assert fired is not None and fired <= 12
-        q_held = world.oracle.read().q.copy()
-        away = home + np.array([0.15, 0.1, 0.0, -0.1, 0.0, 0.1, 0.0])
-        for _ in range(30):
-            place_object(runtime.twin, 0, held, quat)
-            report = runtime.frame(away)
-            assert report.desynced
-        assert np.abs(world.oracle.read().q - q_held).max() < 0.01, "the real arm moved while desynced"
-        assert not runtime.reacquisitions
+    world, runtime = unsearched
+    runtime.reset()
+    home = np.asarray(runtime.scene.robot.home)
+    _settle(runtime, home, 10)
+    held = runtime.twin.state().object_pos[0] + np.array([0.0, 0.06, 0.0])
+    quat = runtime.twin.state().object_quat[0]
+    fired = None
+    for frame in range(30):
+        place_object(runtime.twin, 0, held, quat)  # keep the twin's T away from the real one
+        report = runtime.frame(home)
+        if report.desynced and fired is None:
+            fired = frame
+    assert fired is not None and fired <= 12
+    q_held = world.oracle.read().q.copy()
+    away = home + np.array([0.15, 0.1, 0.0, -0.1, 0.0, 0.1, 0.0])
+    for _ in range(30):
+        place_object(runtime.twin, 0, held, quat)
+        report = runtime.frame(away)
+        assert report.desynced
+    assert np.abs(world.oracle.read().q - q_held).max() < 0.01, "the real arm moved while desynced"
+    assert not runtime.reacquisitions
 
 
 def test_after_reacquisition_the_follower_resumes(online: tuple[Surrogate, Runtime]) -> None:
@@ -147,36 +155,33 @@ def test_runtime_config_rejects_bad_retry_periods() -> None:
         replace(RuntimeConfig(), retry_frames=0)
 
 
-def test_while_held_the_lost_object_rests_instead_of_being_pulled(scene: SceneSpec) -> None:
+def test_while_held_the_lost_object_rests_instead_of_being_pulled(unsearched: tuple[Surrogate, Runtime]) -> None:
     """Re-acquisition off, the twin's T kept 3 cm from the real one until the detector fires: from then on the
     correction's wrench is withheld (`rest_while_held`), so the T stays where it was lost; with it off, the
     correction keeps pulling the held T."""
-    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90), seed=4)) as world:
-        runtime = Runtime(scene, RuntimeConfig(reacquire=False), world)
+    _, runtime = unsearched
+    home = np.asarray(runtime.scene.robot.home)
+    moved = {}
+    for rest in (True, False):
+        runtime.config = replace(runtime.config, rest_while_held=rest)
         runtime.reset()
-        runtime.calibrate()
-        home = np.asarray(scene.robot.home)
-        moved = {}
-        for rest in (True, False):
-            runtime.config = replace(runtime.config, rest_while_held=rest)
-            runtime.reset()
-            _settle(runtime, home, 10)
-            s = runtime.twin.state()
-            held = s.object_pos[0] + 0.03 * np.array([math.cos(1.2), math.sin(1.2), 0.0])
-            for _ in range(30):  # the T kept away until the detector fires, then let go
-                place_object(runtime.twin, 0, held, s.object_quat[0])
-                report = runtime.frame(home)
-                if report.desynced:
-                    break
-            assert report.desynced, "a 3 cm loss must be flagged"
-            for _ in range(15):  # the pull applied while it was kept away has thrown it; it slides to a stop
-                runtime.frame(home)
-            held_at = runtime.twin.state().object_pos[0, :2].copy()
-            for _ in range(20):
-                report = runtime.frame(home)
-            moved[rest] = float(np.linalg.norm(report.state.object_pos[0, :2] - held_at))
-        assert moved[True] < 0.5e-3, moved
-        assert moved[False] > 2e-3, moved
+        _settle(runtime, home, 10)
+        s = runtime.twin.state()
+        held = s.object_pos[0] + 0.03 * np.array([math.cos(1.2), math.sin(1.2), 0.0])
+        for _ in range(30):  # the T kept away until the detector fires, then let go
+            place_object(runtime.twin, 0, held, s.object_quat[0])
+            report = runtime.frame(home)
+            if report.desynced:
+                break
+        assert report.desynced, "a 3 cm loss must be flagged"
+        for _ in range(15):  # the pull applied while it was kept away has thrown it; it slides to a stop
+            runtime.frame(home)
+        held_at = runtime.twin.state().object_pos[0, :2].copy()
+        for _ in range(20):
+            report = runtime.frame(home)
+        moved[rest] = float(np.linalg.norm(report.state.object_pos[0, :2] - held_at))
+    assert moved[True] < 0.5e-3, moved
+    assert moved[False] > 2e-3, moved
 
 
 def test_a_lost_object_rests_until_placed_then_the_correction_tracks_again(
