@@ -380,11 +380,12 @@ class Runtime:
             attempt = Reacquisition(self._frame, k, found, placement)
             settled &= attempt.placed or (found.found and not better)
             attempts.append(attempt)
+        placed = any(a.placed for a in attempts)
         if settled:
             self.detector.confirm()
-        if settled or any(a.placed for a in attempts):
+        if settled or placed:
             self._lost = False  # the twin's objects are where the images show them: the correction may track again
-        if any(a.placed for a in attempts):
+        if placed:
             self.correction.reset()
             self._held_wrench = None
             log.info("re-acquired at frame %d: %s", self._frame,
