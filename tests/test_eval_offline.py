@@ -3,6 +3,7 @@ never succeed, a progress that lies, and the sweep's choice, resume and outputs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -63,7 +64,7 @@ def test_sweep_finds_checkpoints_by_step_and_chooses_the_most_successful(tmp_pat
 
 def test_offline_and_online_sweeps_are_compared_checkpoint_by_checkpoint(tmp_path) -> None:
     def row(step: int, k: int, n: int = 50) -> SweepRow:
-        return SweepRow(step, f"step_{step}", n, k, k / n, (0.0, 1.0), 0.0, 0.5)
+        return SweepRow(step, f"step_{step}", n, k, k / n, (0.0, 1.0), 0.0, 0.5 + 0.4 * k / n)
 
     offline = [row(2000, 5), row(4000, 20), row(6000, 30), row(8000, 28)]
     agreeing = [row(2000, 2, 20), row(4000, 8, 20), row(6000, 14, 20), row(8000, 11, 20)]
@@ -76,6 +77,11 @@ def test_offline_and_online_sweeps_are_compared_checkpoint_by_checkpoint(tmp_pat
     both = compare_sweeps(offline, swapped, tmp_path, ("select", "online"))
     assert both["mmrv"][0] == pytest.approx(0.075) and both["best_online_step"] == 8000
     assert both["spearman"][0] == pytest.approx(0.8)
+    assert both["coverage_spearman"][0] == pytest.approx(0.8)  # the coverages here follow the rates
+    # Every checkpoint fails online: success cannot rank them, the final coverage still can.
+    floor = [dataclasses.replace(r, successes=0, success=0.0) for r in agreeing]
+    both = compare_sweeps(offline, floor, tmp_path, ("select", "online"))
+    assert math.isnan(both["spearman"][0]) and both["coverage_spearman"][0] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="both offline and online"):
         compare_sweeps(offline, [row(1000, 3, 20)], tmp_path, ("select", "online"))
 

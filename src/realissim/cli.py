@@ -627,10 +627,12 @@ class EvalOffline:
             labels = (self.starts or "pusht/select-v1", self.online_starts)
             both = compare_sweeps(offline_rows, online_rows, Path(self.target) / "sweep", labels)
             print(f"Offline against online over {both['checkpoints']} checkpoints")
-            for name in ("pearson", "spearman", "mmrv"):
-                if name in both:
-                    v, lo, hi = both[name]  # type: ignore[misc]
-                    print(f"  {name:<9} {v:.3f}  [{lo:.3f}, {hi:.3f}] (bootstrap 95 %)")
+            for score in ("success", "coverage"):
+                for name in ("pearson", "spearman", "mmrv"):
+                    key = name if score == "success" else f"coverage_{name}"
+                    if key in both:
+                        v, lo, hi = both[key]  # type: ignore[misc]
+                        print(f"  {score:<8} {name:<9} {v:.3f}  [{lo:.3f}, {hi:.3f}] (bootstrap 95 %)")
             on = both["chosen_online"]
             print(f"  offline chooses step {both['chosen_step']}: online {on['successes']}/{on['episodes']} "
                   f"(the best online: step {both['best_online_step']})")  # fmt: skip

@@ -277,7 +277,8 @@ def compare_sweeps(
     offline: list[SweepRow], online: list[SweepRow], out: Path, labels: tuple[str, str]
 ) -> dict[str, object]:
     """Offline against online over the checkpoints both evaluated: Pearson, Spearman and MMRV (value and
-    bootstrap 95 % interval), the checkpoint offline evaluation chose and its online result; written to
+    bootstrap 95 % interval) of the success rates (`pearson`, ...) and of the mean final coverages
+    (`coverage_pearson`, ...), the checkpoint offline evaluation chose and its online result; written to
     `out`/sweep_both.json with the figure `out`/success_both.png."""
     by_step = {r.step: r for r in online}
     pairs = [(r, by_step[r.step]) for r in offline if r.step in by_step]
@@ -296,6 +297,10 @@ def compare_sweeps(
     if len(pairs) >= 2:
         stats = compare_rankings([a.success for a, _ in pairs], [b.success for _, b in pairs])
         result |= {name: est.as_list() for name, est in stats.items()}
+        # The same on the mean final coverage: a continuous score, so checkpoints that all fail (or all succeed) on
+        # a few online starts are still ranked by how far they got.
+        stats = compare_rankings([a.mean_final_coverage for a, _ in pairs], [b.mean_final_coverage for _, b in pairs])
+        result |= {f"coverage_{name}": est.as_list() for name, est in stats.items()}
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep_both.json").write_text(json.dumps(result, indent=2, default=float))
     plot_sweep([a for a, _ in pairs], best, out / "success_both.png", labels[0], ([b for _, b in pairs], labels[1]))
