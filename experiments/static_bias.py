@@ -33,6 +33,7 @@ from realissim.real.surrogate.gap import DEFAULT_GAP_PATH
 from realissim.runtime.loop import RuntimeConfig
 from realissim.spec.state import StartState
 from realissim.tasks import Task, make
+from realissim.twin.color_fit import ColorFitConfig
 
 log = logging.getLogger("static_bias")
 
@@ -84,6 +85,8 @@ class Args:
     """Zero the gap's camera calibration errors (rotation, translation, focal scale, principal point)."""
     refine_cameras: bool = True
     """Calibration refines the cameras (the runtime's default)."""
+    smooth: float = 0.0
+    """`ColorFitConfig.smooth`: the smoothness penalty on the objects' fitted colours."""
     calibrate_at: str = "start"
     """Where the twin calibrates: "start" (the first pose) or "goal" (`EnvConfig.calibrate_at`)."""
     calibrate: str = "first_reset"
@@ -100,7 +103,10 @@ def main(args: Args) -> dict:
                 "principal_offset": (0.0, 0.0)}  # fmt: skip
         cams = tuple(dataclasses.replace(c, **zero) for c in gap.cameras)  # type: ignore[arg-type]
         gap = dataclasses.replace(gap, cameras=cams)
-    runtime = RuntimeConfig(refine_cameras=args.refine_cameras)
+    runtime = RuntimeConfig(
+        refine_cameras=args.refine_cameras,
+        color_fit=ColorFitConfig(smooth=args.smooth),
+    )
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "gap.json"
@@ -124,7 +130,8 @@ def main(args: Args) -> dict:
     pos = np.array([r["pos_mm"] for r in rows])
     yaw = np.array([r["yaw_deg"] for r in rows])
     summary = {"gap": str(args.gap or "default"), "ideal_cameras": args.ideal_cameras,
-               "refine_cameras": args.refine_cameras, "calibrate_at": args.calibrate_at,
+               "refine_cameras": args.refine_cameras, "smooth": args.smooth,
+               "calibrate_at": args.calibrate_at,
                "goal_mm": rows[-1]["pos_mm"], "near_goal_median_mm": float(np.median(near)),
                "near_goal_max_mm": float(near.max()), "median_mm": float(np.median(pos)),
                "max_mm": float(pos.max()), "yaw_median_deg": float(np.median(yaw)), "yaw_max_deg": float(yaw.max()),

@@ -186,6 +186,29 @@ def test_color_fit_leaves_what_no_camera_sees_to_its_neighbours(setup) -> None:
     assert shift.max() < 0.03, shift
 
 
+def test_the_smoothness_penalty_evens_out_each_face_of_the_t(setup) -> None:
+    """`ColorFitConfig.smooth`: fitted Gaussian by Gaussian, neighbours on a face trade colours freely where each
+    covers about a pixel; the penalty must even each face out while still absorbing the new appearance."""
+    from realissim.twin.color_fit import ColorFitConfig, fit_colors
+
+    twin, _, _ = setup
+    twin.reset()
+    target = _render_with_t_moved(
+        twin, TwinViews(twin.scene, twin.model, cameras=[c.resized(*SIZE) for c in twin.scene.cameras])
+    )
+    tinted = (target * torch.tensor([1.1, 0.95, 0.8])).clamp(0, 1)
+    spread, after = {}, {}
+    for smooth in (0.0, 0.01):
+        views = TwinViews(twin.scene, twin.model, cameras=[c.resized(*SIZE) for c in twin.scene.cameras])
+        config = ColorFitConfig(smooth=smooth, smooth_edges=True)
+        after[smooth] = fit_colors(views, twin.data.xpos, twin.data.xquat, tinted[None], config)[1]
+        t = views.local.colors[views.object_mask]
+        top = views.local.means[views.object_mask][:, 2] > views.local.means[views.object_mask][:, 2].max() - 1e-4
+        spread[smooth] = float(t[top].std(dim=0).mean())  # over the T's top face
+    assert spread[0.01] < 0.5 * spread[0.0], spread
+    assert after[0.01] < 1.5 * after[0.0], after
+
+
 def test_camera_refinement_recovers_a_rotation_error(setup) -> None:
     from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras
 

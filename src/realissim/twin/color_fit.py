@@ -20,6 +20,7 @@ from scipy.spatial import cKDTree
 from torch import Tensor
 
 from realissim.render import rasterize
+from realissim.render.gaussians import quat_rotate
 from realissim.twin.views import TwinViews
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,14 @@ class ColorFitConfig:
     """With `fill_unseen`: a Gaussian whose summed blending weight over the cameras' pixels is below this is not
     seen (hidden behind others at the calibration pose): its colour is not fitted (Adam would take full steps on
     its vanishing gradient) but taken from its nearest seen neighbours on the same body."""
+    smooth: float = 0.0
+    """Weight of a smoothness penalty on the objects' colours: the mean squared colour difference between each
+    object Gaussian and its `neighbours` nearest on the same face (same body, normals within ~25°), added to the
+    photometric L2 (0: none)."""
+    neighbours: int = 6
+    smooth_edges: bool = False
+    """Smooth the Gaussians along each face's border too (else only interior ones: the border's fitted colours
+    compensate the Gaussians' soft edges, which the correction's pull needs during a push)."""
     min_ground_visible: float = 0.9
     """... likewise a ground Gaussian that shows no camera more than this fraction of what it shows with nothing
     on the ground (under an object, behind the robot)."""
@@ -66,23 +75,27 @@ def fit_colors(
     optimiser = torch.optim.Adam([logits, bg], lr=config.lr)
     seen: Tensor | None = None
     if config.fill_unseen:
-        coverage = _coverage(cat, views)
-        seen = coverage.sum(dim=0) >= config.min_coverage
+        covered = _coverage(cat, views)
+        seen = covered.sum(dim=0) >= config.min_coverage
         # The ground is also hidden where a camera sees it only through the objects' and the robot's edges:
         # compare with the ground rendered alone, camera by camera.
         alone = _coverage([t[n_moving:] for t in cat], views)
-        ground = coverage[:, n_moving:]
+        ground = covered[:, n_moving:]
         seen[n_moving:] &= ((ground >= config.min_ground_visible * alone) & (ground > 0)).any(dim=0)
         log.info("colour fit: %d of %d Gaussians seen", int(seen.sum()), len(seen))
 
+    pairs = _face_pairs(views, config.neighbours, config.smooth_edges) if config.smooth > 0 else None
     losses = []
     for _ in range(config.steps + 1):
+        colors = torch.sigmoid(logits)
         rgb, _, _ = rasterize(
-            cat[0], cat[1], cat[2], torch.sigmoid(logits), cat[4], views.Ks, views.X_WCs, views.width, views.height,
+            cat[0], cat[1], cat[2], colors, cat[4], views.Ks, views.X_WCs, views.width, views.height,
             torch.sigmoid(bg), views.backend,
         )  # fmt: skip
         loss = ((rgb - target) ** 2).mean()
         losses.append(float(loss.detach()))
+        if pairs is not None:
+            loss = loss + config.smooth * ((colors[pairs[0]] - colors[pairs[1]]) ** 2).sum(dim=-1).mean()
         if len(losses) > config.steps:
             break
         optimiser.zero_grad()
@@ -101,8 +114,9 @@ def fit_colors(
 
 
 def _coverage(cat: list[Tensor], views: TwinViews) -> Tensor:
-    """Each Gaussian's summed blending weight over each camera's pixels (C,N): how many pixels' worth of it
-    each camera sees (0 for one hidden behind others)."""
+    """Each Gaussian's summed blending weight over each camera's pixels (C,N), for Gaussians given as `rasterize`'s
+    first five arguments (world frame): how many pixels' worth of it each camera sees (0 for one hidden behind
+    others)."""
     colors = cat[3].detach().clone().requires_grad_()
     rgb, _, _ = rasterize(
         cat[0], cat[1], cat[2], colors, cat[4], views.Ks, views.X_WCs, views.width, views.height,
@@ -113,6 +127,44 @@ def _coverage(cat: list[Tensor], views: TwinViews) -> Tensor:
         (grad,) = torch.autograd.grad(rgb[c, ..., 0].sum(), colors, retain_graph=c + 1 < len(views.cameras))
         out.append(grad[:, 0].detach())
     return torch.stack(out)
+
+
+def _normals(quats: Tensor, scales: Tensor, flatness: float = 0.5) -> Tensor:
+    """Each Gaussian's normal (N,3) in the frame of its quaternion (N,4) wxyz: its local axis of smallest scale (N,3
+    std-devs), for flat ones (smallest < `flatness` × middle: surface Gaussians, whose thin axis `assets.gaussians`
+    points outward); zero rows for the rest."""
+    ordered, axis = torch.sort(scales, dim=-1)
+    normals = quat_rotate(quats, torch.nn.functional.one_hot(axis[:, 0], 3).to(quats))
+    return torch.where((ordered[:, 0] < flatness * ordered[:, 1])[:, None], normals, torch.zeros_like(normals))
+
+
+def _face_pairs(views: TwinViews, k: int, edges: bool) -> tuple[Tensor, Tensor]:
+    """Index pairs (P,), (P,) into the moving Gaussians: each object Gaussian and its k nearest neighbours on the
+    same body whose normals agree within ~25° (same face; Gaussians without a normal pair with none). Without
+    `edges`, only pairs of interior Gaussians: those with all 8 grid neighbours on their face (within 1.5× the
+    nearest one's distance), so the Gaussians along a face's border keep what they compensate there."""
+    local = views.local
+    normals = _normals(local.quats, local.scales).double().cpu().numpy()
+    means = local.means.double().cpu().numpy()
+    body = views.body_index.cpu().numpy()
+    objects = views.object_mask.cpu().numpy()
+    first, second = [], []
+    for b in np.unique(body[objects]):
+        mine = np.nonzero((body == b) & objects & (np.abs(normals).sum(axis=1) > 0))[0]
+        if len(mine) < 2:
+            continue
+        dist, near = cKDTree(means[mine]).query(means[mine], k=min(len(mine), max(4 * k + 1, 17)))
+        dist, near = np.asarray(dist).reshape(len(mine), -1), np.asarray(near).reshape(len(mine), -1)
+        face = normals[mine][near] @ normals[mine][:, :, None] > 0.9  # (n, k') same face as the row's Gaussian
+        face = face[..., 0]
+        face[:, 0] = False  # itself
+        nearest = np.where(face, dist, np.inf).min(axis=1, keepdims=True)
+        interior = (face & (dist <= 1.5 * nearest)).sum(axis=1) >= 8
+        for r, i in enumerate(mine):
+            same = [j for j in near[r][face[r]][:k] if edges or (interior[r] and interior[j])]
+            first.extend([i] * len(same))
+            second.extend(mine[same])
+    return torch.as_tensor(first, dtype=torch.long), torch.as_tensor(second, dtype=torch.long)
 
 
 def _fill_unseen(colors: Tensor, seen: Tensor, means: Tensor, body: Tensor, k: int = 16) -> Tensor:
