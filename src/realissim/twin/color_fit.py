@@ -45,8 +45,10 @@ class ColorFitConfig:
     smooth: float = 0.0
     """Weight of a smoothness penalty on the objects' colours: the mean squared colour difference between each
     object Gaussian and its `neighbours` nearest on the same face (same body, normals within ~25°), added to the
-    photometric L2 (0: none)."""
+    photometric L2 (0: none). Off by default: measured, 0.01 lowered the static error away from the calibration pose
+    (6.6 → 3.0 mm median) but lost the T under contact (docs/decisions.md, "The static bias")."""
     neighbours: int = 6
+    """With `smooth`: neighbours per Gaussian in the penalty."""
     smooth_edges: bool = False
     """Smooth the Gaussians along each face's border too (else only interior ones: the border's fitted colours
     compensate the Gaussians' soft edges, which the correction's pull needs during a push)."""
