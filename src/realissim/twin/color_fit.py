@@ -157,8 +157,7 @@ def _face_pairs(views: TwinViews, k: int, edges: bool) -> tuple[Tensor, Tensor]:
             continue
         dist, near = cKDTree(means[mine]).query(means[mine], k=min(len(mine), max(4 * k + 1, 17)))
         dist, near = np.asarray(dist).reshape(len(mine), -1), np.asarray(near).reshape(len(mine), -1)
-        face = normals[mine][near] @ normals[mine][:, :, None] > 0.9  # (n, k') same face as the row's Gaussian
-        face = face[..., 0]
+        face = np.einsum("nkc,nc->nk", normals[mine][near], normals[mine]) > 0.9  # same face as the row's Gaussian
         face[:, 0] = False  # itself
         nearest = np.where(face, dist, np.inf).min(axis=1, keepdims=True)
         interior = (face & (dist <= 1.5 * nearest)).sum(axis=1) >= 8
