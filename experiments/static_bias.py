@@ -83,6 +83,8 @@ class Args:
     """The error is the median over the last this many s."""
     ideal_cameras: bool = False
     """Zero the gap's camera calibration errors (rotation, translation, focal scale, principal point)."""
+    pixel_samples: int | None = None
+    """Set every real camera's `CameraGap.pixel_samples` (None: the profile's)."""
     refine_cameras: bool = True
     """Calibration refines the cameras (the runtime's default)."""
     smooth: float = 0.0
@@ -102,6 +104,9 @@ def main(args: Args) -> dict:
         zero = {"rotation_error": (0.0, 0.0, 0.0), "translation_error": (0.0, 0.0, 0.0), "focal_scale": 1.0,
                 "principal_offset": (0.0, 0.0)}  # fmt: skip
         cams = tuple(dataclasses.replace(c, **zero) for c in gap.cameras)  # type: ignore[arg-type]
+        gap = dataclasses.replace(gap, cameras=cams)
+    if args.pixel_samples is not None:
+        cams = tuple(dataclasses.replace(c, pixel_samples=args.pixel_samples) for c in gap.cameras)
         gap = dataclasses.replace(gap, cameras=cams)
     runtime = RuntimeConfig(
         refine_cameras=args.refine_cameras,
@@ -131,6 +136,7 @@ def main(args: Args) -> dict:
     yaw = np.array([r["yaw_deg"] for r in rows])
     summary = {"gap": str(args.gap or "default"), "ideal_cameras": args.ideal_cameras,
                "refine_cameras": args.refine_cameras, "smooth": args.smooth,
+               "pixel_samples": args.pixel_samples,
                "calibrate_at": args.calibrate_at,
                "goal_mm": rows[-1]["pos_mm"], "near_goal_median_mm": float(np.median(near)),
                "near_goal_max_mm": float(near.max()), "median_mm": float(np.median(pos)),

@@ -1,5 +1,5 @@
 """The experiments' shared pipeline (experiments/pipeline.py): the start-by-start pairing of offline and
-online outcomes that the experiment tables report."""
+online outcomes that the experiment tables report; the camera-calibration experiment's reprojection error."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from camera_calibration import reprojection, table_grid
 from pipeline import Row, paired_outcomes, table
+
+from realissim.tasks import make
 
 
 def write(path: Path, rows: list[dict]) -> Path:
@@ -38,3 +41,19 @@ def test_offline_and_online_outcomes_are_paired_start_by_start(tmp_path) -> None
     summary = {"episodes": 4, "successes": 2}
     line = table([Row("arm", 0.7, summary, summary, 3.0, 100, 80, summary, p)])[-1]
     assert "| 1 / 1 / 1 / 1 |" in line and "70.0 %" in line
+
+
+def test_reprojection_error_is_zero_for_the_true_camera_and_measures_a_shift() -> None:
+    """The calibration experiment's metric: 0 for the true camera; a principal point moved by (3, 4) px moves
+    every projection by 5 px, which on the table is 5 px × depth / focal length."""
+    cam = make("pusht").scene.cameras[0].resized(160, 90)
+    K, X = cam.K_array, cam.X_WC_array
+    points = table_grid()
+    px, mm = reprojection(K, X, K, X, points)
+    assert px.max() < 1e-9 and mm.max() < 1e-9
+    shifted = K.copy()
+    shifted[:2, 2] += (3.0, 4.0)
+    px, mm = reprojection(shifted, X, K, X, points)
+    assert px == pytest.approx(5.0, abs=1e-9)
+    depth = (points - X[:3, 3]) @ X[:3, 2]  # the camera looks along its +z (OpenCV)
+    assert mm == pytest.approx(1e3 * 5.0 * depth / K[0, 0], rel=1e-9)

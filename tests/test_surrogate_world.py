@@ -292,6 +292,40 @@ def test_true_camera_projection_matches_the_render_and_differs_from_the_told_one
     assert np.linalg.norm(true.X_WC_array[:3, 3] - told.X_WC_array[:3, 3]) == pytest.approx(0.0032, abs=2e-4)
 
 
+def test_pixel_samples_average_the_point_samples_over_each_pixel(scene: SceneSpec) -> None:
+    """A camera with pixel_samples = 3 delivers the 3 × 3 block means of the same camera point-sampled at three
+    times its resolution (so the samples sit where its pixels' areas are), and its edges blend: the T's border
+    pixels take values between the T's and the table's, which point sampling at the same size never does."""
+    ideal = {"noise_std": 0.0, "exposure": 1.0, "white_balance": (1.0, 1.0, 1.0)}
+    single = scene.cameras[:1]
+    one = dataclasses.replace(scene, cameras=single)
+
+    def image(samples: int, size: tuple[int, int]) -> np.ndarray:
+        gap = GapProfile(cameras=(CameraGap(pixel_samples=samples, **ideal),))  # the default calibration error
+        with SurrogateWorld(one, gap, camera_size=size) as w:
+            return w.render_cameras()[0].image.astype(np.float64)
+
+    averaged = image(3, SIZE)
+    fine = image(1, (3 * SIZE[0], 3 * SIZE[1]))
+    means = fine.reshape(SIZE[1], 3, SIZE[0], 3, 3).mean(axis=(1, 3))
+    assert averaged.shape == (SIZE[1], SIZE[0], 3)
+    assert np.abs(averaged - means).max() <= 0.5 + 1e-9  # the same samples; only the delivery's rounding
+    point = image(1, SIZE)
+    assert np.abs(point - averaged).max() > 40  # the edges moved: not the point-sampled image
+    # Edges blend: count the pixels whose red lies between the T's and the table's, well away from both.
+    def between(img: np.ndarray) -> int:
+        r_minus_g = img[..., 0] - img[..., 1]
+        return int(np.count_nonzero((r_minus_g > 0.3 * r_minus_g.max()) & (r_minus_g < 0.7 * r_minus_g.max())))
+
+    assert between(averaged) > 1.5 * between(point)
+
+
+def test_pixel_samples_must_be_a_positive_integer() -> None:
+    for bad in (0, 2.5, -1):
+        with pytest.raises(SpecError, match="pixel_samples"):
+            gap_from_dict({"cameras": [{"pixel_samples": bad}]})
+
+
 def test_headless_rendering_works_when_mujoco_was_imported_without_mujoco_gl() -> None:
     code = (
         "import mujoco\n"

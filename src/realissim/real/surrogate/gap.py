@@ -162,11 +162,19 @@ class CameraGap:
     """True focal lengths = told × this."""
     principal_offset: Vec2 = (1.5, -1.0)
     """True principal point − told, px at the scene camera's resolution (scaled with the image)."""
+    pixel_samples: int = 1
+    """Each pixel is the mean of `pixel_samples` × `pixel_samples` point samples over its area, as a sensor
+    integrates the light falling on it; 1 samples each pixel at its centre only (aliased edges)."""
 
     def __post_init__(self) -> None:
         _check_name(self.name)
         _non_negative(self, "noise_std")
         _positive(self, "exposure", "white_balance", "focal_scale")
+        _require(
+            isinstance(self.pixel_samples, int) and self.pixel_samples >= 1,
+            "pixel_samples",
+            f"must be an integer ≥ 1, got {self.pixel_samples!r}",
+        )
 
 
 @dataclass(frozen=True)

@@ -244,6 +244,21 @@ def _add_camera(world: ET.Element, cam: CameraSpec) -> None:
     )
 
 
+def sampled_camera(cam: CameraSpec, samples: int) -> CameraSpec:
+    """`cam` imaging at `samples` × its resolution (intrinsics scaled): the grid of point samples whose
+    `samples` × `samples` blocks average to `cam`'s pixels (`average_samples`)."""
+    return cam if samples == 1 else cam.resized(cam.width * samples, cam.height * samples)
+
+
+def average_samples(image: np.ndarray, samples: int) -> np.ndarray:
+    """Pixels (H, W, C) float32 from point samples (H·s, W·s, C), s = `samples`: the mean of each s × s block."""
+    if samples == 1:
+        return image.astype(np.float32)
+    h, w = image.shape[0] // samples, image.shape[1] // samples
+    blocks = image.reshape(h, samples, w, samples, image.shape[2]).astype(np.float32)
+    return blocks.mean(axis=(1, 3))
+
+
 def surrogate_mjcf(scene: SceneSpec, gap: GapProfile, cameras: tuple[CameraSpec, ...]) -> str:
     """MJCF XML of the real world: the scene under `gap`, rendered through `cameras` (the true ones).
 
@@ -256,7 +271,9 @@ def surrogate_mjcf(scene: SceneSpec, gap: GapProfile, cameras: tuple[CameraSpec,
             log.warning("gap profile: scene %r has no object %r; its entry is unused", scene.name, og.name)
     twin_xml = scene_to_mjcf(dataclasses.replace(scene, cameras=()), MjcfOptions(timestep=gap.arm.control_dt))
     root = ET.fromstring(twin_xml)
-    offsize = (max((c.width for c in cameras), default=1), max((c.height for c in cameras), default=1))
+    # Each camera renders at its size × its pixel_samples; the world averages the samples down to its pixels.
+    rendered = tuple(sampled_camera(c, gap.camera_gap(c.name).pixel_samples) for c in cameras)
+    offsize = (max((c.width for c in rendered), default=1), max((c.height for c in rendered), default=1))
     _add_looks(root, scene, gap.lighting, offsize)
     world = root.find("worldbody")
     assert world is not None
@@ -268,7 +285,7 @@ def surrogate_mjcf(scene: SceneSpec, gap: GapProfile, cameras: tuple[CameraSpec,
     for obj in scene.objects:
         _real_object(bodies[obj.name], obj, gap)
     _real_arm(root, scene, gap.arm)
-    for cam in cameras:
+    for cam in rendered:
         _add_camera(world, cam)
     key = root.find(f"keyframe/key[@name='{KEYFRAME_HOME}']")
     assert key is not None
@@ -349,7 +366,7 @@ def hand_blob(height: int, width: int, center: tuple[float, float], size: float)
 
 
 def develop(image: np.ndarray, gap: CameraGap, noise: np.ndarray) -> np.ndarray:
-    """The camera's own image formation on a rendered uint8 (H, W, 3) image: exposure and white-balance
+    """The camera's own image formation on a rendered (H, W, 3) image (0–255): exposure and white-balance
     gains, then additive noise `noise` (H, W, 3) × gap.noise_std (0–255 units), rounded, clipped to uint8."""
     out = image.astype(np.float32) * (gap.exposure * np.asarray(gap.white_balance, dtype=np.float32))
     if gap.noise_std > 0:

@@ -40,6 +40,7 @@ from realissim.real.surrogate.model import (
     MOTOR_PREFIX,
     ArmController,
     NoiseBank,
+    average_samples,
     develop,
     hand_blob,
     surrogate_cameras,
@@ -332,10 +333,11 @@ class SurrogateWorld:
     def _capture(self, c: int) -> FrameResult:
         cam = self.true_cameras[c]
         assert self._renderer is not None
-        image = self._renderer.render(self.data, c, cam.width, cam.height)
+        s = self.gap.camera_gap(cam.name).pixel_samples
+        image = average_samples(self._renderer.render(self.data, c, cam.width * s, cam.height * s), s)
         for d in self._active("occlude", cam.name):
             alpha, color = hand_blob(cam.height, cam.width, d.center, d.size)
-            image = np.rint(image * (1.0 - alpha[..., None]) + color * alpha[..., None]).astype(np.uint8)
+            image = np.rint(image * (1.0 - alpha[..., None]) + color * alpha[..., None])
         noise = self._noise[(cam.height, cam.width)].sample(self.frame, c)
         return FrameResult(cam.name, develop(image, self.gap.camera_gap(cam.name), noise), self.time)
 
