@@ -63,6 +63,8 @@ class Args:
     """Reality-gap profile JSON (None: the default)."""
     pixel_samples: int | None = None
     """Set every real camera's `CameraGap.pixel_samples` (None: the profile's)."""
+    size: tuple[int, int] = SIZE
+    """Camera images the twin calibrates from, px (w, h); errors are reported in pixels of `SIZE`."""
     seed: int = 100
     """Seed of the calibration pose (the task's sampler; 100 is static_bias.py's first pose)."""
     json: Path | None = None
@@ -76,13 +78,14 @@ def main(args: Args) -> dict:
         gap = dataclasses.replace(
             gap, cameras=tuple(dataclasses.replace(c, pixel_samples=args.pixel_samples) for c in gap.cameras)
         )
-    told, true = surrogate_cameras(task.scene, gap, SIZE)
+    told, true = surrogate_cameras(task.scene, gap, args.size)
+    to_size = SIZE[0] / args.size[0]  # reported pixels are SIZE's
     runtime = RuntimeConfig()
     points = table_grid()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "gap.json"
         save_gap(gap, path)
-        config = SurrogateConfig(gap=path, seed=0, camera_size=SIZE, mode="lockstep", fps=runtime.physics.fps)
+        config = SurrogateConfig(gap=path, seed=0, camera_size=args.size, mode="lockstep", fps=runtime.physics.fps)
         with Surrogate(task.scene, config) as world:
             env = Env(task, EnvConfig(runtime=runtime, calibrate="first_reset", calibrate_at="start"), world)  # type: ignore[arg-type]
             env.reset(task.sample_start(np.random.default_rng(args.seed)))
@@ -94,13 +97,16 @@ def main(args: Args) -> dict:
         row: dict[str, object] = {"camera": cam.name}
         for stage, (K, X) in (("told", (told[c].K_array, told[c].X_WC_array)), ("calibrated", (Ks[c], Xs[c]))):
             px, mm = reprojection(K, X, cam.K_array, cam.X_WC_array, points)
+            px = px * to_size
             row |= {f"{stage}_px_mean": float(px.mean()), f"{stage}_px_max": float(px.max()),
                     f"{stage}_mm_mean": float(mm.mean()), f"{stage}_mm_max": float(mm.max())}  # fmt: skip
         rows.append(row)
     summary = {"gap": str(args.gap or "default"), "pixel_samples": args.pixel_samples, "seed": args.seed,
+               "size": list(args.size),
                "told_px_mean": float(np.mean([r["told_px_mean"] for r in rows])),
                "calibrated_px_mean": float(np.mean([r["calibrated_px_mean"] for r in rows])), "rows": rows}  # fmt: skip
-    print(f"camera calibration, gap {summary['gap']}, pixel samples {args.pixel_samples or 'as the profile'}")
+    print(f"camera calibration at {args.size[0]} × {args.size[1]} px, gap {summary['gap']}, pixel samples "
+          f"{args.pixel_samples or 'as the profile'} (errors in px of {SIZE[0]} × {SIZE[1]})")  # fmt: skip
     print("| camera | told px (mean / max) | told mm | calibrated px (mean / max) | calibrated mm |")
     print("|---|---|---|---|---|")
     for r in rows:
