@@ -312,6 +312,7 @@ def test_pixel_samples_average_the_point_samples_over_each_pixel(scene: SceneSpe
     assert np.abs(averaged - means).max() <= 0.5 + 1e-9  # the same samples; only the delivery's rounding
     point = image(1, SIZE)
     assert np.abs(point - averaged).max() > 40  # the edges moved: not the point-sampled image
+
     # Edges blend: count the pixels whose red lies between the T's and the table's, well away from both.
     def between(img: np.ndarray) -> int:
         r_minus_g = img[..., 0] - img[..., 1]
