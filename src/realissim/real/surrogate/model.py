@@ -251,9 +251,10 @@ def sampled_camera(cam: CameraSpec, samples: int) -> CameraSpec:
 
 
 def average_samples(image: np.ndarray, samples: int) -> np.ndarray:
-    """Pixels (H, W, C) float32 from point samples (H·s, W·s, C), s = `samples`: the mean of each s × s block."""
+    """Pixels (H, W, C) from point samples (H·s, W·s, C), s = `samples`: the mean of each s × s block (float32;
+    s = 1: `image` itself, unconverted)."""
     if samples == 1:
-        return image.astype(np.float32)
+        return image
     h, w = image.shape[0] // samples, image.shape[1] // samples
     blocks = image.reshape(h, samples, w, samples, image.shape[2]).astype(np.float32)
     return blocks.mean(axis=(1, 3))

@@ -333,13 +333,14 @@ class SurrogateWorld:
     def _capture(self, c: int) -> FrameResult:
         cam = self.true_cameras[c]
         assert self._renderer is not None
-        s = self.gap.camera_gap(cam.name).pixel_samples
+        gap = self.gap.camera_gap(cam.name)
+        s = gap.pixel_samples
         image = average_samples(self._renderer.render(self.data, c, cam.width * s, cam.height * s), s)
         for d in self._active("occlude", cam.name):
             alpha, color = hand_blob(cam.height, cam.width, d.center, d.size)
             image = np.rint(image * (1.0 - alpha[..., None]) + color * alpha[..., None])
         noise = self._noise[(cam.height, cam.width)].sample(self.frame, c)
-        return FrameResult(cam.name, develop(image, self.gap.camera_gap(cam.name), noise), self.time)
+        return FrameResult(cam.name, develop(image, gap, noise), self.time)
 
     def render_cameras(self) -> list[FrameResult]:
         """Every camera's delivery for the current frame, in scene order (the same list if asked again)."""
