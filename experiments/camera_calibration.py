@@ -40,8 +40,9 @@ HEIGHTS = (0.0, 0.035)
 """Heights of the grid's points, m: the table and the T's top."""
 
 
-def table_grid(x: tuple[float, float] = (0.3, 0.75), y: tuple[float, float] = (-0.3, 0.3), n: int = 12) -> np.ndarray:
-    """Points (n·n·len(HEIGHTS), 3) on a square grid over the workspace, world frame, m."""
+def table_grid(x: tuple[float, float] = (-0.3, 0.3), y: tuple[float, float] = (-0.3, 0.3), n: int = 12) -> np.ndarray:
+    """Points (n·n·len(HEIGHTS), 3) on a square grid over the workspace (PushT's starts: ±0.25 m about the table's
+    centre, and a margin), world frame, m."""
     gx, gy = np.meshgrid(np.linspace(*x, n), np.linspace(*y, n))
     return np.concatenate([np.column_stack([gx.ravel(), gy.ravel(), np.full(gx.size, z)]) for z in HEIGHTS])
 
@@ -65,6 +66,8 @@ class Args:
     """Set every real camera's `CameraGap.pixel_samples` (None: the profile's)."""
     size: tuple[int, int] = SIZE
     """Camera images the twin calibrates from, px (w, h); errors are reported in pixels of `SIZE`."""
+    board: bool = True
+    """Calibrate from the surrogate's dot board (`RuntimeConfig.board_calibration`); False: photometrically."""
     seed: int = 100
     """Seed of the calibration pose (the task's sampler; 100 is static_bias.py's first pose)."""
     json: Path | None = None
@@ -80,7 +83,7 @@ def main(args: Args) -> dict:
         )
     told, true = surrogate_cameras(task.scene, gap, args.size)
     to_size = SIZE[0] / args.size[0]  # reported pixels are SIZE's
-    runtime = RuntimeConfig()
+    runtime = RuntimeConfig(board_calibration=args.board)
     points = table_grid()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "gap.json"
@@ -102,11 +105,13 @@ def main(args: Args) -> dict:
                     f"{stage}_mm_mean": float(mm.mean()), f"{stage}_mm_max": float(mm.max())}  # fmt: skip
         rows.append(row)
     summary = {"gap": str(args.gap or "default"), "pixel_samples": args.pixel_samples, "seed": args.seed,
+               "board": args.board,
                "size": list(args.size),
                "told_px_mean": float(np.mean([r["told_px_mean"] for r in rows])),
                "calibrated_px_mean": float(np.mean([r["calibrated_px_mean"] for r in rows])), "rows": rows}  # fmt: skip
     print(f"camera calibration at {args.size[0]} × {args.size[1]} px, gap {summary['gap']}, pixel samples "
-          f"{args.pixel_samples or 'as the profile'} (errors in px of {SIZE[0]} × {SIZE[1]})")  # fmt: skip
+          f"{args.pixel_samples or 'as the profile'}, {'board' if args.board else 'photometric'} calibration "
+          f"(errors in px of {SIZE[0]} × {SIZE[1]})")  # fmt: skip
     print("| camera | told px (mean / max) | told mm | calibrated px (mean / max) | calibrated mm |")
     print("|---|---|---|---|---|")
     for r in rows:

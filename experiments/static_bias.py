@@ -86,7 +86,9 @@ class Args:
     pixel_samples: int | None = None
     """Set every real camera's `CameraGap.pixel_samples` (None: the profile's)."""
     refine_cameras: bool = True
-    """Calibration refines the cameras (the runtime's default)."""
+    """Calibration refines the cameras photometrically where the board does not calibrate them."""
+    board: bool = True
+    """Calibrate the cameras from the surrogate's dot board (`RuntimeConfig.board_calibration`)."""
     smooth: float = 0.0
     """`ColorFitConfig.smooth`: the smoothness penalty on the objects' fitted colours."""
     calibrate_at: str = "start"
@@ -110,6 +112,7 @@ def main(args: Args) -> dict:
         gap = dataclasses.replace(gap, cameras=cams)
     runtime = RuntimeConfig(
         refine_cameras=args.refine_cameras,
+        board_calibration=args.board,
         color_fit=ColorFitConfig(smooth=args.smooth),
     )
     rows = []
@@ -135,7 +138,7 @@ def main(args: Args) -> dict:
     pos = np.array([r["pos_mm"] for r in rows])
     yaw = np.array([r["yaw_deg"] for r in rows])
     summary = {"gap": str(args.gap or "default"), "ideal_cameras": args.ideal_cameras,
-               "refine_cameras": args.refine_cameras, "smooth": args.smooth,
+               "refine_cameras": args.refine_cameras, "board": args.board, "smooth": args.smooth,
                "pixel_samples": args.pixel_samples,
                "calibrate_at": args.calibrate_at,
                "goal_mm": rows[-1]["pos_mm"], "near_goal_median_mm": float(np.median(near)),
@@ -143,7 +146,8 @@ def main(args: Args) -> dict:
                "max_mm": float(pos.max()), "yaw_median_deg": float(np.median(yaw)), "yaw_max_deg": float(yaw.max()),
                "rows": rows}  # fmt: skip
     print(
-        f"static error, gap {summary['gap']}, ideal cameras {args.ideal_cameras}, refine {args.refine_cameras}, "
+        f"static error, gap {summary['gap']}, ideal cameras {args.ideal_cameras}, board {args.board}, "
+        f"refine {args.refine_cameras}, "
         f"calibrated at the {args.calibrate_at}"
     )
     print("| pose | settled mm | yaw ° | at reset mm |")

@@ -18,6 +18,7 @@ from types import TracebackType
 import numpy as np
 from numpy.typing import ArrayLike
 
+from realissim.spec.board import DotBoard
 from realissim.spec.scene import RobotSpec
 from realissim.spec.state import StartState
 
@@ -182,6 +183,9 @@ class RealWorld(ABC):
     clock: Clock
     oracle: Oracle | None = None
     """Ground truth, where the world has it (a surrogate); None on hardware without motion capture."""
+    calibration_board: DotBoard | None = None
+    """The calibration board this world can lay on the table (`show_board`), as the twin is told it lies;
+    None where it has none."""
 
     @property
     @abstractmethod
@@ -200,6 +204,11 @@ class RealWorld(ABC):
     def reset(self, to: StartState) -> None:
         """Put the objects at `to`'s poses, at rest, and the arm at rest at `to.q`; clears live disturbances.
         Returns once the world's published state (robot, cameras, clock) is the new one."""
+
+    def show_board(self, visible: bool) -> None:
+        """Lay `calibration_board` on the table at its told pose (or take it away); returns once the cameras'
+        frames show it (no longer show it). Hardware would ask an operator; worlds without a board raise."""
+        raise RuntimeError(f"{type(self).__name__} has no calibration board")
 
     def step(self) -> float:
         """Lock-step worlds: advance exactly one frame; returns the world's time, s."""

@@ -24,6 +24,7 @@ from realissim.runtime.desync import DesyncConfig, DesyncDetector
 from realissim.runtime.lead import LeadBound
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
+from realissim.twin.board_calibration import BoardCalibrationConfig, calibrate_from_board
 from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras
 from realissim.twin.color_fit import ColorFitConfig, fit_colors
 from realissim.twin.correction import CorrectionConfig, CorrectionResult, VisualCorrection
@@ -56,8 +57,15 @@ class RuntimeConfig:
     fit_colors: bool = True
     """Calibration fits the twin's Gaussian colours to the real cameras' images."""
     color_fit: ColorFitConfig = field(default_factory=ColorFitConfig)
+    board_calibration: bool = True
+    """Where the world can lay a calibration board on the table (`RealWorld.calibration_board`), calibration
+    first finds every camera's pose and intrinsics from images of it (`realissim.twin.board_calibration`):
+    its appearance is known in advance, so fitted colours cannot absorb the cameras' error. The photometric
+    `refine_cameras` then does not run (it does for cameras that did not see the board)."""
+    board: BoardCalibrationConfig = field(default_factory=BoardCalibrationConfig)
     refine_cameras: bool = True
-    """Calibration also corrects the cameras' rotation and intrinsics from the images (docs/decisions.md)."""
+    """Calibration also corrects the cameras' rotation and intrinsics from the images (docs/decisions.md); without
+    a board, or for the cameras that did not see it."""
     camera_refine: CameraRefineConfig = field(
         default_factory=lambda: CameraRefineConfig(steps=100, lr_rotation=1e-3, lr_translation=1e-9, intrinsics=True)
     )
@@ -244,19 +252,30 @@ class Runtime:
         self.reacquisitions = []
 
     def calibrate(self) -> None:
-        """Fit the twin's appearance to the real cameras (colours; camera rotation and intrinsics), assuming the
-        twin's state is the world's (call right after `reset`). No-op offline or without correction."""
+        """Fit the twin's appearance to the real cameras (camera poses and intrinsics: from the world's calibration
+        board where it has one, else photometrically; colours), assuming the twin's state is the world's (call
+        right after `reset`). No-op offline or without correction."""
         if self.correction is None or self.world is None:
             return
         views = self.correction.views
         q_real = self.world.robot.read().q
         xpos, xquat, _ = self.correction.poses(self.twin.data.qpos, self.twin.layout.robot_qpos, q_real)
-        images = torch.from_numpy(np.stack([cam.read().image for cam in self.world.cameras]))[None]
         t0 = time.perf_counter()
+        board = self.world.calibration_board if self.config.board_calibration else None
+        unseen = list(range(len(views.cameras)))
+        if board is not None:
+            self.world.show_board(True)
+            try:
+                board_images = np.stack([cam.read().image for cam in self.world.cameras])
+            finally:
+                self.world.show_board(False)
+            fits = calibrate_from_board(views, board, xpos, xquat, board_images, self.config.board)
+            unseen = [c for c, fit in enumerate(fits) if not fit.used]
+        images = torch.from_numpy(np.stack([cam.read().image for cam in self.world.cameras]))[None]
         if self.config.fit_colors:
             fit_colors(views, xpos, xquat, images, self.config.color_fit)
-        if self.config.refine_cameras:
-            refine_cameras(views, xpos, xquat, images[0], self.config.camera_refine)
+        if self.config.refine_cameras and unseen:
+            refine_cameras(views, xpos, xquat, images[0], self.config.camera_refine, only=unseen)
             if self.config.fit_colors:
                 fit_colors(views, xpos, xquat, images, self.config.color_fit)
         if self.sighting is not None and self.detector is not None:

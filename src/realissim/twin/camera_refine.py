@@ -65,10 +65,12 @@ def refine_cameras(
     xquat: np.ndarray,
     images: Tensor,
     config: CameraRefineConfig = CameraRefineConfig(),
+    only: list[int] | None = None,
 ) -> np.ndarray:
-    """Correct every camera's pose in `views` from real images (C,H,W,3) (uint8 or float in [0, 1]) of the
-    scene at body poses xpos, xquat; updates `views` in place and returns the corrections (C,6):
-    rotation vector (rad) and translation (m), in each camera's frame."""
+    """Correct every camera's pose in `views` (or the cameras numbered in `only`) from real images (C,H,W,3)
+    (uint8 or float in [0, 1]) of the scene at body poses xpos, xquat; updates `views` in place and returns the
+    corrections (C,6): rotation vector (rad) and translation (m), in each camera's frame (zero for cameras left
+    out)."""
     target = images.to(torch.float32) / 255.0 if images.dtype == torch.uint8 else images.to(torch.float32)
     g = views.moving(xpos, xquat)
     scene = Gaussians(*(torch.cat([a, b]).detach() for a, b in zip(g.args(), views.static.args())))
@@ -76,6 +78,8 @@ def refine_cameras(
     new_poses = views.X_WCs.clone()
     new_Ks = views.Ks.clone()
     for c in range(len(views.cameras)):
+        if only is not None and c not in only:
+            continue
         X = views.X_WCs[c].to(torch.float32)
         background = views.background[c : c + 1] if views.background.ndim == 2 else views.background
         rot = torch.zeros(3, requires_grad=True)

@@ -29,6 +29,7 @@ Format (SI units: m, kg, s, rad; px for image coordinates; intensities on the 0â
         {"kind": "occlude", "at": 3.0, "duration": 1.0, "camera": "front", "center": [0.4, 0.6], "size": 0.35},
         {"kind": "drop_frame", "at": 4.0}, {"kind": "lighting", "at": 5.0, "duration": 2.0, "intensity": 0.5}
       ],
+      "board_error": [0.0008, -0.0006, 0.0026],   # the calibration board's placement error: dx, dy m, dyaw rad
       "version": 1
     }
 
@@ -267,6 +268,9 @@ class GapProfile:
     lighting: LightingGap = field(default_factory=LightingGap)
     disturbances: tuple[Disturbance, ...] = ()
     """Scheduled disturbances, in any order."""
+    board_error: Vec3 = (0.0008, -0.0006, 0.0026)
+    """Where the calibration board truly lies relative to where the twin is told it lies (`Surrogate.show_board`):
+    world x, y offset m and rotation about world z rad (a board laid against a fixture: ~1 mm, ~0.15Â°)."""
     version: int = 1
 
     def __post_init__(self) -> None:

@@ -85,10 +85,14 @@ def run_child(scene: SceneSpec, cfg: dict, segment: SharedSegment, conn: Any, si
     """Build the world, publish its first frame, then serve lock-step or real-time until told to close."""
     from realissim.real.surrogate.gap import GapProfile, load_gap
     from realissim.real.surrogate.world import SurrogateWorld
+    from realissim.spec.board import DotBoard
 
     try:
         gap = load_gap(cfg["gap"]) if cfg["gap"] else GapProfile()
-        world = SurrogateWorld(scene, gap, seed=cfg["seed"], camera_size=size, render=cfg["render"], fps=cfg["fps"])
+        board = DotBoard(**cfg["board"]) if cfg.get("board") else None
+        world = SurrogateWorld(
+            scene, gap, seed=cfg["seed"], camera_size=size, render=cfg["render"], fps=cfg["fps"], board=board
+        )
         publisher = _Publisher(world, segment, cfg["mode"] == "realtime")
         publisher.publish()
         conn.send(("ready", None))
@@ -117,6 +121,10 @@ def _handle(publisher: _Publisher, conn: Any, kind: str, payload: Any) -> bool:
     elif kind == "reset":
         publisher.reset(payload)
         conn.send(("reset", float(publisher.world.time)))
+    elif kind == "board":
+        publisher.world.show_board(bool(payload))
+        publisher.publish()  # the same frame, drawn again with (without) the board
+        conn.send(("board", None))
     elif kind == "step":
         for _ in range(int(payload)):
             publisher.advance()

@@ -25,6 +25,7 @@ from realissim.assets.mass import sphere_union_inertia
 from realissim.assets.mjcf import GROUND_GEOM, KEYFRAME_HOME, MjcfOptions, scene_to_mjcf
 from realissim.geometry import axis_angle_quat, mat_to_quat, quat_to_mat
 from realissim.real.surrogate.gap import WILDCARD, ArmGap, CameraGap, GapProfile, LightingGap
+from realissim.spec.board import DotBoard
 from realissim.spec.errors import SpecError
 from realissim.spec.scene import CameraSpec, InertiaSpec, ObjectSpec, SceneSpec
 
@@ -39,6 +40,9 @@ SKIN = np.array([222.0, 172.0, 148.0], dtype=np.float32)
 """RGB of the occluding hand, 0–255."""
 SCENE_EXTENT = 2.0
 """Model extent, m: sets the near/far planes' scale and the directional shadows' coverage."""
+BOARD_GROUP = 5
+"""Geom group of the calibration board (drawn only while `SurrogateWorld.show_board` says so)."""
+BOARD_BODY = "calibration_board"
 
 
 def _sub(parent: ET.Element, tag: str, **attrs: object) -> ET.Element:
@@ -103,6 +107,8 @@ _LOOKS = """<mujoco>
     <material name="table_edge" rgba="{edge} 1" specular="0.1"/>
     <material name="robot_white" rgba=".94 .94 .93 1" specular="0.5" shininess="0.6"/>
     <material name="metal" rgba=".36 .37 .4 1" specular="0.9" shininess="0.85"/>
+    <material name="board_white" rgba=".9 .9 .88 1" specular="0.05" shininess="0.1"/>
+    <material name="board_black" rgba=".06 .06 .06 1" specular="0.05" shininess="0.1"/>
   </asset>
   <worldbody>
     <light name="{key}" directional="true" castshadow="{cast}" pos="{key_pos}" dir="{key_dir}" diffuse="{key_rgb}"
@@ -260,8 +266,25 @@ def average_samples(image: np.ndarray, samples: int) -> np.ndarray:
     return blocks.mean(axis=(1, 3))
 
 
-def surrogate_mjcf(scene: SceneSpec, gap: GapProfile, cameras: tuple[CameraSpec, ...]) -> str:
-    """MJCF XML of the real world: the scene under `gap`, rendered through `cameras` (the true ones).
+def _add_board(world: ET.Element, board: DotBoard) -> None:
+    """The calibration board where it truly lies: a white plate with black dots, visual only (no contacts), in
+    geom group `BOARD_GROUP`. The dots stand 0.2 mm proud of the plate's face (no depth fighting)."""
+    body = _sub(world, "body", name=BOARD_BODY, pos=(*board.center, 0.0),
+                quat=(math.cos(board.yaw / 2), 0.0, 0.0, math.sin(board.yaw / 2)))  # fmt: skip
+    visual = {"contype": "0", "conaffinity": "0", "group": str(BOARD_GROUP), "mass": "0"}
+    _sub(body, "geom", name=f"{BOARD_BODY}_plate", type="box", pos=(0.0, 0.0, board.thickness / 2),
+         size=(*board.half_size, board.thickness / 2), material="board_white", **visual)  # fmt: skip
+    for k, (x, y) in enumerate(board.dots_local()):
+        _sub(body, "geom", name=f"{BOARD_BODY}_dot{k}", type="cylinder", pos=(x, y, board.thickness + 1e-4),
+             size=(board.radius, 1e-4), material="board_black", **visual)  # fmt: skip
+
+
+def surrogate_mjcf(
+    scene: SceneSpec, gap: GapProfile, cameras: tuple[CameraSpec, ...], board: DotBoard | None = None
+) -> str:
+    """MJCF XML of the real world: the scene under `gap`, rendered through `cameras` (the true ones), with the
+    calibration `board` (the told one; drawn at its pose + `gap.board_error`; None: no board) hidden in geom
+    group `BOARD_GROUP`.
 
     Physics timestep = the arm's control period. Keyframe "home": the scene's own start state as
     `SurrogateWorld.reset` sets it (true joints at `robot.home`, objects at their poses), motors off.
@@ -288,6 +311,8 @@ def surrogate_mjcf(scene: SceneSpec, gap: GapProfile, cameras: tuple[CameraSpec,
     _real_arm(root, scene, gap.arm)
     for cam in rendered:
         _add_camera(world, cam)
+    if board is not None:
+        _add_board(world, board.placed(gap.board_error))
     key = root.find(f"keyframe/key[@name='{KEYFRAME_HOME}']")
     assert key is not None
     qpos = list(scene.robot.home)

@@ -25,7 +25,7 @@ import os
 import time
 import weakref
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -47,6 +47,7 @@ from realissim.real.interfaces import (
     RobotDescription,
 )
 from realissim.real.shm import ArraySpec, BlockSpec, SharedSegment, ShmLayout
+from realissim.spec.board import DotBoard
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
@@ -90,6 +91,9 @@ class SurrogateConfig:
     accept no news before they check the child."""
     stall_frames: int = 30
     """A camera whose frame index has not advanced for this many frames is reported stalled."""
+    board: DotBoard | None = field(default_factory=DotBoard)
+    """The calibration board the world can lay on the table (`Surrogate.show_board`), as the twin is told it
+    lies (it truly lies at this pose + the gap's `board_error`); None: the world has none."""
 
     def __post_init__(self) -> None:
         if not (self.fps > 0 and math.isfinite(self.fps)):
@@ -143,6 +147,7 @@ class Surrogate(RealWorld):
         self.cameras = tuple(SurrogateCamera(self, c) for c in range(n_cams))
         self.oracle = SurrogateOracle(self)
         self.clock: Clock = _SharedClock(self)
+        self.calibration_board = config.board if config.render else None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> Surrogate:
@@ -223,6 +228,15 @@ class Surrogate(RealWorld):
         self._expect("reset", self.config.timeout)
         for camera in self.cameras:
             camera.forget()
+
+    def show_board(self, visible: bool) -> None:
+        """Lay the calibration board on the table (or take it away); returns once every camera has published a
+        frame with (without) it. The board has no physics: the objects stay where they are. Raises
+        `RuntimeError` if this world has no board (`SurrogateConfig.board` None, or no cameras)."""
+        if self.calibration_board is None:
+            raise RuntimeError("this surrogate has no calibration board (SurrogateConfig.board is None or render off)")
+        self._send(("board", bool(visible)))
+        self._expect("board", self.config.timeout)
 
     def disturb(self, disturbance: object) -> None:
         """Inject a disturbance (a `realissim.real.surrogate.gap.Disturbance`) at the next frame."""

@@ -37,6 +37,7 @@ from realissim.geometry import quat_mul, yaw_quat
 from realissim.real.interfaces import OracleState
 from realissim.real.surrogate.gap import Disturbance, GapProfile
 from realissim.real.surrogate.model import (
+    BOARD_GROUP,
     MOTOR_PREFIX,
     ArmController,
     NoiseBank,
@@ -46,6 +47,7 @@ from realissim.real.surrogate.model import (
     surrogate_cameras,
     surrogate_mjcf,
 )
+from realissim.spec.board import DotBoard
 from realissim.spec.errors import SpecError
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
@@ -112,6 +114,10 @@ class _Renderer:
         self._cam.type = mujoco.mjtCamera.mjCAMERA_FIXED
         self._pert = mujoco.MjvPerturb()
 
+    def show_group(self, group: int, visible: bool) -> None:
+        """Draw the geoms of `group` (0–5) or not."""
+        self._opt.geomgroup[group] = int(visible)
+
     def render(self, data: mujoco.MjData, camera: int, width: int, height: int) -> np.ndarray:
         """uint8 (height, width, 3) RGB image from fixed camera `camera`."""
         self._ctx.make_current()
@@ -162,12 +168,17 @@ class SurrogateWorld:
         camera_size: tuple[int, int] | None = None,
         render: bool = True,
         fps: float = PhysicsConfig().fps,
+        board: DotBoard | None = DotBoard(),
     ) -> None:
         if not (fps > 0 and math.isfinite(fps)):
             raise ValueError(f"fps must be > 0, got {fps}")
         self.scene, self.gap, self.seed = scene, gap, seed
         self.told_cameras, self.true_cameras = surrogate_cameras(scene, gap, camera_size)
-        self.model = mujoco.MjModel.from_xml_string(surrogate_mjcf(scene, gap, self.true_cameras))
+        self.board = board
+        """The calibration board the twin is told of (drawn at its pose + `gap.board_error`; None: none)."""
+        self.board_visible = False
+        """Whether the board lies on the table (`show_board`; a reset leaves it as it is)."""
+        self.model = mujoco.MjModel.from_xml_string(surrogate_mjcf(scene, gap, self.true_cameras, board))
         self.data = mujoco.MjData(self.model)
         self._home = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_KEY, KEYFRAME_HOME)
         self.frame_dt = 1.0 / fps
@@ -341,6 +352,18 @@ class SurrogateWorld:
             image = np.rint(image * (1.0 - alpha[..., None]) + color * alpha[..., None])
         noise = self._noise[(cam.height, cam.width)].sample(self.frame, c)
         return FrameResult(cam.name, develop(image, gap, noise), self.time)
+
+    def show_board(self, visible: bool) -> None:
+        """Lay the calibration board on the table (or take it away): the cameras draw it from the current frame
+        on (the frame is rendered again). It has no physics: the objects stay where they are, lying on it as
+        far as the cameras see. Raises if this world has no board or no renderer."""
+        if self.board is None:
+            raise RuntimeError("this surrogate world was built without a calibration board (board=None)")
+        if self._renderer is None:
+            raise RuntimeError("this surrogate world was built with render=False (or has no cameras, or is closed)")
+        self._renderer.show_group(BOARD_GROUP, visible)
+        self.board_visible = visible
+        self._frames = None
 
     def render_cameras(self) -> list[FrameResult]:
         """Every camera's delivery for the current frame, in scene order (the same list if asked again)."""
