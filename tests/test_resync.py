@@ -158,10 +158,10 @@ def test_runtime_config_rejects_bad_retry_periods() -> None:
 def test_while_held_the_lost_object_rests_instead_of_being_pulled(unsearched: tuple[Surrogate, Runtime]) -> None:
     """Re-acquisition off, the twin's T kept 3 cm from the real one until the detector fires: from then on the
     correction's wrench is withheld (`rest_while_held`), so the T stays where it was lost; with it off, the
-    correction keeps pulling the held T."""
-    _, runtime = unsearched
+    correction keeps pulling the held T (here back towards the real one: the correction sees it)."""
+    world, runtime = unsearched
     home = np.asarray(runtime.scene.robot.home)
-    moved = {}
+    moved, closer = {}, {}
     for rest in (True, False):
         runtime.config = replace(runtime.config, rest_while_held=rest)
         runtime.reset()
@@ -174,14 +174,16 @@ def test_while_held_the_lost_object_rests_instead_of_being_pulled(unsearched: tu
             if report.desynced:
                 break
         assert report.desynced, "a 3 cm loss must be flagged"
+        fired_err, _ = _errors(world, report)
         for _ in range(15):  # the pull applied while it was kept away has thrown it; it slides to a stop
             runtime.frame(home)
         held_at = runtime.twin.state().object_pos[0, :2].copy()
         for _ in range(20):
             report = runtime.frame(home)
         moved[rest] = float(np.linalg.norm(report.state.object_pos[0, :2] - held_at))
-    assert moved[True] < 0.5e-3, moved
-    assert moved[False] > 2e-3, moved
+        closer[rest] = fired_err - _errors(world, report)[0]
+    assert moved[True] < 0.5e-3, (moved, closer)
+    assert closer[False] > 0.01 and closer[False] > closer[True] + 0.01, (moved, closer)
 
 
 def test_a_lost_object_rests_until_placed_then_the_correction_tracks_again(
