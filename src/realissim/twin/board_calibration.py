@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy.ndimage import binary_dilation
 from scipy.optimize import least_squares
 from torch import Tensor
 
@@ -178,17 +179,10 @@ def _gray(image: np.ndarray | Tensor) -> np.ndarray:
 
 
 def _dilate(mask: np.ndarray, r: int) -> np.ndarray:
-    """Binary dilation of an (H,W) bool mask by a (2r+1)² square."""
+    """Binary dilation of an (H,W) bool mask by a (2r+1)² square (r ≤ 0: the mask itself)."""
     if r <= 0:
         return mask
-    out = mask.copy()
-    h, w = mask.shape
-    for dy in range(-r, r + 1):
-        for dx in range(-r, r + 1):
-            ys, yd = slice(max(dy, 0), h + min(dy, 0)), slice(max(-dy, 0), h + min(-dy, 0))
-            xs, xd = slice(max(dx, 0), w + min(dx, 0)), slice(max(-dx, 0), w + min(-dx, 0))
-            out[yd, xd] |= mask[ys, xs]
-    return out
+    return binary_dilation(mask, structure=np.ones((2 * r + 1, 2 * r + 1), dtype=bool))
 
 
 def _solve(model: _BoardImage, target: Tensor, prior_w: Tensor, x0: np.ndarray, softness: float, f_scale: float) -> Any:
