@@ -149,6 +149,8 @@ def test_the_runtime_calibrates_from_the_board_across_the_process_boundary(scene
         runtime.calibrate()
         after = np.stack([cam.read().image for cam in real.cameras])
         assert runtime.correction is not None
+        assert [fit.name for fit in runtime.board_fits] == [cam.name for cam in real.cameras]
+        assert all(fit.used and fit.dots >= 6 for fit in runtime.board_fits), runtime.board_fits
         views = runtime.correction.views
         Ks, Xs = views.Ks.double().numpy(), views.X_WCs.double().numpy()
         for c, cam in enumerate(true):

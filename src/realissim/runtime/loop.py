@@ -24,7 +24,7 @@ from realissim.runtime.desync import DesyncConfig, DesyncDetector
 from realissim.runtime.lead import LeadBound
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
-from realissim.twin.board_calibration import BoardCalibrationConfig, calibrate_from_board
+from realissim.twin.board_calibration import BoardCalibrationConfig, BoardFit, calibrate_from_board
 from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras
 from realissim.twin.color_fit import ColorFitConfig, fit_colors
 from realissim.twin.correction import CorrectionConfig, CorrectionResult, VisualCorrection
@@ -204,6 +204,8 @@ class Runtime:
         )
         self.sighting: Sighting | None = None
         self.search: ObjectSearch | None = None
+        self.board_fits: list[BoardFit] = []
+        """Each camera's fit to the calibration board at the last `calibrate` (empty: no board was used)."""
         if self.correction is not None:
             self.sighting = Sighting(self.correction.views, self.twin.model, config.sighting)
             if config.reacquire:
@@ -262,6 +264,7 @@ class Runtime:
         xpos, xquat, _ = self.correction.poses(self.twin.data.qpos, self.twin.layout.robot_qpos, q_real)
         t0 = time.perf_counter()
         board = self.world.calibration_board if self.config.board_calibration else None
+        self.board_fits = []
         unseen = list(range(len(views.cameras)))
         if board is not None:
             self.world.show_board(True)
@@ -269,8 +272,8 @@ class Runtime:
                 board_images = np.stack([cam.read().image for cam in self.world.cameras])
             finally:
                 self.world.show_board(False)
-            fits = calibrate_from_board(views, board, xpos, xquat, board_images, self.config.board)
-            unseen = [c for c, fit in enumerate(fits) if not fit.used]
+            self.board_fits = calibrate_from_board(views, board, xpos, xquat, board_images, self.config.board)
+            unseen = [c for c, fit in enumerate(self.board_fits) if not fit.used]
         images = torch.from_numpy(np.stack([cam.read().image for cam in self.world.cameras]))[None]
         if self.config.fit_colors:
             fit_colors(views, xpos, xquat, images, self.config.color_fit)
