@@ -10,6 +10,7 @@ hardware); offline is both off, with no real world at all. The frame period is t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -267,11 +268,14 @@ class Runtime:
         self.board_fits = []
         unseen = list(range(len(views.cameras)))
         if board is not None:
-            self.world.show_board(True)
             try:
+                self.world.show_board(True)
                 board_images = np.stack([cam.read().image for cam in self.world.cameras])
-            finally:
-                self.world.show_board(False)
+            except BaseException:
+                with contextlib.suppress(Exception):  # take the board away if it can; the first error is the one
+                    self.world.show_board(False)
+                raise
+            self.world.show_board(False)
             self.board_fits = calibrate_from_board(views, board, xpos, xquat, board_images, self.config.board)
             unseen = [c for c, fit in enumerate(self.board_fits) if not fit.used]
         images = torch.from_numpy(np.stack([cam.read().image for cam in self.world.cameras]))[None]

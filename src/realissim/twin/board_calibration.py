@@ -254,6 +254,9 @@ def fit_camera_to_board(
         x = result.x
     assert result is not None
     n = len(target)
+    if not (np.isfinite(result.x).all() and np.isfinite(result.fun[:n]).all()):
+        reason = "the fit did not converge to finite values (the board seen nearly edge-on?)"
+        return BoardFit(name, False, np.zeros(N_CAMERA), pixels, dots, math.nan, math.nan, reason)
     rms = float(np.sqrt(np.mean(result.fun[:n] ** 2)))
     contrast = float(x[N_CAMERA] - x[N_CAMERA + 3])
     if contrast < config.min_contrast:

@@ -268,14 +268,16 @@ def average_samples(image: np.ndarray, samples: int) -> np.ndarray:
 
 def _add_board(world: ET.Element, board: DotBoard) -> None:
     """The calibration board where it truly lies: a white plate with black dots, visual only (no contacts), in
-    geom group `BOARD_GROUP`. The dots stand 0.2 mm proud of the plate's face (no depth fighting)."""
+    geom group `BOARD_GROUP`. The dots' tops are the printed face (`thickness` above the table); the plate's top
+    lies 0.2 mm below them (no depth fighting)."""
     body = _sub(world, "body", name=BOARD_BODY, pos=(*board.center, 0.0),
                 quat=(math.cos(board.yaw / 2), 0.0, 0.0, math.sin(board.yaw / 2)))  # fmt: skip
     visual = {"contype": "0", "conaffinity": "0", "group": str(BOARD_GROUP), "mass": "0"}
-    _sub(body, "geom", name=f"{BOARD_BODY}_plate", type="box", pos=(0.0, 0.0, board.thickness / 2),
-         size=(*board.half_size, board.thickness / 2), material="board_white", **visual)  # fmt: skip
+    plate = max(board.thickness - 2e-4, 1e-4)  # the plate's height
+    _sub(body, "geom", name=f"{BOARD_BODY}_plate", type="box", pos=(0.0, 0.0, plate / 2),
+         size=(*board.half_size, plate / 2), material="board_white", **visual)  # fmt: skip
     for k, (x, y) in enumerate(board.dots_local()):
-        _sub(body, "geom", name=f"{BOARD_BODY}_dot{k}", type="cylinder", pos=(x, y, board.thickness + 1e-4),
+        _sub(body, "geom", name=f"{BOARD_BODY}_dot{k}", type="cylinder", pos=(x, y, board.thickness - 1e-4),
              size=(board.radius, 1e-4), material="board_black", **visual)  # fmt: skip
 
 

@@ -147,7 +147,7 @@ class Surrogate(RealWorld):
         self.cameras = tuple(SurrogateCamera(self, c) for c in range(n_cams))
         self.oracle = SurrogateOracle(self)
         self.clock: Clock = _SharedClock(self)
-        self.calibration_board = config.board if config.render else None
+        self.calibration_board = config.board if config.render and scene.cameras else None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> Surrogate:
