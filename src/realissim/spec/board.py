@@ -8,6 +8,7 @@ flat; its printed face is `thickness` above the table top (z = 0), and the dots 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -71,15 +72,8 @@ class DotBoard:
 
     def placed(self, offset: tuple[float, float, float]) -> DotBoard:
         """The same board moved by `offset` (dx, dy m in the world, dyaw rad): where a told board truly lies."""
-        return DotBoard(
-            center=(self.center[0] + offset[0], self.center[1] + offset[1]),
-            yaw=self.yaw + offset[2],
-            rows=self.rows,
-            cols=self.cols,
-            spacing=self.spacing,
-            radius=self.radius,
-            margin=self.margin,
-            thickness=self.thickness,
+        return dataclasses.replace(
+            self, center=(self.center[0] + offset[0], self.center[1] + offset[1]), yaw=self.yaw + offset[2]
         )
 
     def dots_world(self) -> np.ndarray:

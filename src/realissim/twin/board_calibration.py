@@ -229,11 +229,12 @@ def fit_camera_to_board(
     # Dots in view: at least half of each dot's disk (at the told camera) on kept pixels.
     uv, depth = project_points(board.dots_world(), K, X_WC)
     dots = 0
+    us, vs = model.u_all.numpy().reshape(h, w), model.v_all.numpy().reshape(h, w)
     for (u, v), z in zip(uv, depth, strict=True):
         if not (z > 0 and 0 <= u < w and 0 <= v < h):
             continue
         r = board.radius * K[0, 0] / z
-        disk = (model.u_all.numpy().reshape(h, w) - u) ** 2 + (model.v_all.numpy().reshape(h, w) - v) ** 2 < r * r
+        disk = (us - u) ** 2 + (vs - v) ** 2 < r * r
         if disk.any() and keep[disk].mean() >= 0.5:
             dots += 1
     pixels = int(keep.sum())
