@@ -34,6 +34,7 @@ from realissim.runtime.loop import RuntimeConfig
 from realissim.spec.state import StartState
 from realissim.tasks import Task, make
 from realissim.twin.color_fit import ColorFitConfig
+from realissim.twin.correction import CorrectionConfig
 
 log = logging.getLogger("static_bias")
 
@@ -91,6 +92,8 @@ class Args:
     """Calibrate the cameras from the surrogate's dot board (`RuntimeConfig.board_calibration`)."""
     smooth: float = 0.0
     """`ColorFitConfig.smooth`: the smoothness penalty on the objects' fitted colours."""
+    blur: float = 0.0
+    """`CorrectionConfig.blur`: σ px of the blur on both images before the correction's loss."""
     calibrate_at: str = "start"
     """Where the twin calibrates: "start" (the first pose) or "goal" (`EnvConfig.calibrate_at`)."""
     calibrate: str = "first_reset"
@@ -114,6 +117,7 @@ def main(args: Args) -> dict:
         refine_cameras=args.refine_cameras,
         board_calibration=args.board,
         color_fit=ColorFitConfig(smooth=args.smooth),
+        correction=CorrectionConfig(blur=args.blur),
     )
     rows = []
     with tempfile.TemporaryDirectory() as folder:
@@ -139,7 +143,7 @@ def main(args: Args) -> dict:
     yaw = np.array([r["yaw_deg"] for r in rows])
     summary = {"gap": str(args.gap or "default"), "ideal_cameras": args.ideal_cameras,
                "refine_cameras": args.refine_cameras, "board": args.board, "smooth": args.smooth,
-               "pixel_samples": args.pixel_samples,
+               "blur": args.blur, "pixel_samples": args.pixel_samples,
                "calibrate_at": args.calibrate_at,
                "goal_mm": rows[-1]["pos_mm"], "near_goal_median_mm": float(np.median(near)),
                "near_goal_max_mm": float(near.max()), "median_mm": float(np.median(pos)),

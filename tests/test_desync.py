@@ -22,12 +22,61 @@ def test_fires_on_a_sustained_rise_and_rearms() -> None:
     assert 159 <= det.events[0][0] <= 160 and 209 <= det.events[1][0] <= 210
 
 
-def test_saturated_force_fires_and_warmup_never_does() -> None:
+def test_a_saturated_force_fires_only_where_the_sighting_disagrees_and_warmup_never_does() -> None:
+    """Under sustained contact the pull sits at its cap while the twin is millimetres from the real object (sweep
+    profile 02: 165 saturated frames 2–5 mm off, which used to raise 220 false alarms a minute); a capped pull
+    counts only while the cameras see the object away from the twin's (here 15 mm: not agreeing, not yet away)."""
     det = DesyncDetector(DesyncConfig(warmup=5, frames=3))
-    assert not any(det.update(1.0, force_saturated=False) for _ in range(5))
-    assert [det.update(1.0, force_saturated=True) for _ in range(3)] == [False, False, True]
+    assert not any(det.update(1.0, force_saturated=False, distance=0.002) for _ in range(5))
+    assert not any(det.update(1.0, force_saturated=True, distance=0.004) for _ in range(100))  # in sync
+    assert not any(det.update(1.0, force_saturated=True) for _ in range(100))  # not seen: no evidence
+    assert [det.update(1.0, force_saturated=True, distance=0.015) for _ in range(3)] == [False, False, True]
+    assert all(det.update(1.0, force_saturated=False, distance=0.012) for _ in range(3))  # not agreeing: held
+    assert det.desynced and [kind for _, kind in det.events] == ["fired"]
     fresh = DesyncDetector(DesyncConfig(warmup=50, frames=3))
     assert not any(fresh.update(100.0) for _ in range(20))  # no baseline yet
+
+
+def test_a_fire_and_a_rearm_each_start_the_counts_afresh() -> None:
+    """Firing again after a re-arm needs `frames` fresh frames of evidence, even where the evidence never let
+    up (a residual still high when the search confirmed the twin and the detector re-armed on the sighting)."""
+    det = DesyncDetector(DesyncConfig(warmup=5, frames=4))
+    for _ in range(5):
+        det.update(1.0, distance=0.002)
+    assert [det.update(10.0, distance=0.002) for _ in range(4)] == [False, False, False, True]
+    det.confirm()  # the search found the object where the twin has it; the residual stays high
+    assert [det.update(10.0, distance=0.002) for _ in range(4)] == [True, True, True, False]
+    assert det.floor == 10.0
+    assert [det.update(40.0, distance=0.002) for _ in range(4)] == [False, False, False, True]
+    assert [f for f, _ in det.events] == [8, 12, 16]
+
+
+def test_a_shape_overlap_below_its_own_in_sync_level_fires() -> None:
+    """A fast turn about the object's middle leaves the sighting's centroids together (contact seed 0: 15 mm off,
+    seen 2 mm) while the shapes' overlap falls (0.82 → 0.50). The threshold is relative to the overlap learnt in
+    sync, which shadows lower (0.66 instead of 0.82); a re-arm on the search's confirmation accepts the overlap
+    it finds as in sync, so an arm hiding part of the object cannot keep the detector firing."""
+    cfg = DesyncConfig(warmup=10, frames=5, overlap_frames=4)
+    det = DesyncDetector(cfg)
+    for _ in range(20):
+        det.update(1.0, distance=0.003, overlap=0.8)
+    assert det.overlap_baseline == pytest.approx(0.8)
+    assert not any(det.update(1.0, distance=0.003, overlap=0.55) for _ in range(3))
+    assert not det.update(1.0, distance=0.003, overlap=0.8)
+    assert [det.update(1.0, distance=0.003, overlap=0.55) for _ in range(4)] == [False, False, False, True]
+    det.confirm()
+    assert [det.update(1.0, distance=0.003, overlap=0.55) for _ in range(5)] == [True] * 4 + [False]
+    assert not any(det.update(1.0, distance=0.003, overlap=0.55) for _ in range(50))
+    assert [det.update(1.0, distance=0.003, overlap=0.3) for _ in range(4)] == [False, False, False, True]
+    shaded = DesyncDetector(cfg)
+    for _ in range(20):
+        shaded.update(1.0, distance=0.003, overlap=0.66)
+    assert not any(shaded.update(1.0, distance=0.003, overlap=0.55) for _ in range(50))
+    assert any(shaded.update(1.0, distance=0.003, overlap=0.45) for _ in range(4))
+    off = DesyncDetector(DesyncConfig(warmup=10, overlap_frames=4, overlap_drop=0.0))
+    for _ in range(20):
+        off.update(1.0, distance=0.003, overlap=0.8)
+    assert not any(off.update(1.0, distance=0.003, overlap=0.3) for _ in range(50))
 
 
 def test_detector_score_counts_hits_misses_and_false_alarms_against_the_oracle() -> None:

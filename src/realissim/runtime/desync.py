@@ -2,10 +2,13 @@
 the cameras see the object.
 
 The twin is out of sync when it no longer explains the camera images: the residual (the correction's
-photometric loss) rises well above its own baseline, or the visual force stays saturated, or the object the
-cameras see (`twin.sighting`) stands away from the twin's. All are judged from images, calibration and the
-twin, never from ground truth. When the detector fires, the runtime makes the follower hold the real arm; it
-re-arms once the residual has come back down and the seen object agrees with the twin's again.
+photometric loss) rises well above its own baseline, or the visual force stays saturated while the cameras do
+not see the object where the twin has it, or the object the cameras see (`twin.sighting`) stands away from the
+twin's. All are judged from images, calibration and the twin, never from ground truth. A saturated force alone
+is not evidence: under sustained contact the correction's integral reaches its cap whenever the twin's pusher
+and the real one press the object a few millimetres apart, in sync. When the detector fires, the runtime makes
+the follower hold the real arm; it re-arms once the residual has come back down and the seen object agrees with
+the twin's again.
 
 The baseline learns only from frames that look in sync (residual below `recover` × baseline and, when a
 sighting is given, the object seen where the twin has it): a twin drifting away slowly must not teach the
@@ -35,7 +38,8 @@ class DesyncConfig:
     rise: float = 3.0
     """Fire when the residual exceeds this multiple of its baseline ..."""
     frames: int = 20
-    """... for this many consecutive frames (or the force is saturated for as many)."""
+    """... for this many consecutive frames (or the force is saturated, with the sighting not agreeing, for as
+    many)."""
     recover: float = 1.5
     """Re-arm once the residual has been below this multiple of the baseline for `frames` frames."""
     baseline_window: int = 300
@@ -47,7 +51,12 @@ class DesyncConfig:
     min_overlap: float = 0.0
     """The seen object's shape disagrees with the twin's when their overlap (IoU, mean over the cameras) is below
     this (0: not used) ..."""
-    overlap_frames: int = 12
+    overlap_drop: float = 0.75
+    """... or below this × its in-sync baseline (the median overlap of the frames the residual's baseline learns
+    from, less those already halfway down to this threshold; 0: not used). The sighting's centroids miss a fast
+    turn about the object's middle, the overlap does not: in sync it sits at 0.66–0.82 (shadows lower it), lost
+    at 0.37–0.61 (docs/decisions.md) ..."""
+    overlap_frames: int = 6
     """... for this many consecutive frames: fire."""
 
     def per_corrected_frame(self, every: int) -> DesyncConfig:
@@ -68,7 +77,8 @@ class DesyncDetector:
     def __init__(self, config: DesyncConfig = DesyncConfig()) -> None:
         self.config = config
         self._baseline: deque[float] = deque(maxlen=config.baseline_window)
-        self._high = self._low = self._away = self._skewed = 0
+        self._overlaps: deque[float] = deque(maxlen=config.baseline_window)
+        self._high = self._pulled = self._low = self._away = self._skewed = 0
         self.desynced = False
         self._confirmed = False
         self.sight_slack = 0.0
@@ -77,17 +87,19 @@ class DesyncDetector:
         self.events: list[tuple[int, str]] = []
         """(frame, "fired" | "re-armed") in order."""
         self._frame = 0
-        self._floor = 0.0
+        self._floor = self._overlap_floor = 0.0
         self._recent: deque[float] = deque(maxlen=config.frames)
+        self._recent_overlap: deque[float] = deque(maxlen=config.frames)
 
     def restart(self) -> None:
         """A new episode: in sync, no events, counters cleared; the learned baseline (a property of the cameras
         and the scene's look, not of the episode) is kept."""
-        self._high = self._low = self._away = self._skewed = self._frame = 0
+        self._high = self._pulled = self._low = self._away = self._skewed = self._frame = 0
         self.desynced = self._confirmed = False
         self.events = []
-        self._floor = 0.0
+        self._floor = self._overlap_floor = 0.0
         self._recent.clear()
+        self._recent_overlap.clear()
 
     def confirm(self) -> None:
         """While out of sync: a re-acquisition has put the twin's objects where the images show them (or found
@@ -101,6 +113,11 @@ class DesyncDetector:
     def baseline(self) -> float:
         """The median in-sync residual (inf during warm-up)."""
         return float(np.median(self._baseline)) if len(self._baseline) >= self.config.warmup else float("inf")
+
+    @property
+    def overlap_baseline(self) -> float:
+        """The median in-sync shape overlap (NaN until `warmup` frames with a measured overlap)."""
+        return float(np.median(self._overlaps)) if len(self._overlaps) >= self.config.warmup else float("nan")
 
     @property
     def floor(self) -> float:
@@ -117,36 +134,50 @@ class DesyncDetector:
     ) -> bool:
         """Add one frame: the photometric residual, whether the visual force hit its cap, and (optional) how
         far the seen object stands from the twin's, m, and how well their shapes overlap (IoU in [0, 1]) (None
-        or NaN: not seen, no evidence either way). Returns `desynced`."""
+        or NaN: not seen, no evidence either way). Returns `desynced`.
+
+        Each way to fire (residual, force, distance, overlap) counts its own consecutive frames, and a fire or a
+        re-arm starts every count afresh: a re-arm needs `frames` agreeing frames after the fire, and a new fire
+        needs fresh evidence after the re-arm."""
         cfg = self.config
         base = self.baseline
         d = float("nan") if distance is None else float(distance)
         o = float("nan") if overlap is None else float(overlap)
         away = d > cfg.sight_distance + self.sight_slack  # False for NaN: not seen is no evidence
-        skewed = o < cfg.min_overlap
-        agrees = not d > 0.5 * cfg.sight_distance + self.sight_slack and not skewed
+        shape = self.overlap_baseline
+        if self._overlap_floor and not o < cfg.overlap_drop * shape:
+            self._overlap_floor = 0.0  # the shapes overlap as in sync again
+        shape = min(shape, self._overlap_floor) if self._overlap_floor else shape
+        skewed = o < cfg.min_overlap or o < cfg.overlap_drop * shape  # False for NaN
+        agrees = not d > 0.5 * cfg.sight_distance + self.sight_slack and (not skewed or self._confirmed)
         if self._floor and residual < cfg.recover * base:
             self._floor = 0.0  # the images look as the baseline knows them again
         self._recent.append(float(residual))
-        high = residual > cfg.rise * max(base, self._floor) or force_saturated
+        self._recent_overlap.append(o)
+        high = residual > cfg.rise * max(base, self._floor)
+        # A capped pull while the cameras see the object where the twin has it (or do not see it) is the contact
+        # fighting the integral, not a loss (docs/decisions.md, "A saturated force alone does not fire").
+        pulled = force_saturated and not agrees
         low = (residual < cfg.recover * base or self._confirmed) and agrees
         self._high = self._high + 1 if high else 0
+        self._pulled = self._pulled + 1 if pulled else 0
         self._away = self._away + 1 if away else 0
         self._skewed = self._skewed + 1 if skewed else 0
         self._low = self._low + 1 if low else 0
-        fire = self._high >= cfg.frames or self._away >= cfg.sight_frames or self._skewed >= cfg.overlap_frames
-        if not self.desynced and fire:
+        why = [
+            name
+            for name, hit in (
+                ("residual", self._high >= cfg.frames),
+                ("visual force", self._pulled >= cfg.frames),
+                ("sighting distance", self._away >= cfg.sight_frames),
+                ("shape overlap", self._skewed >= cfg.overlap_frames),
+            )
+            if hit
+        ]
+        if not self.desynced and why:
             self.desynced = True
+            self._low = 0
             self.events.append((self._frame, "fired"))
-            why = [
-                name
-                for name, hit in (
-                    ("residual", self._high >= cfg.frames),
-                    ("sighting distance", self._away >= cfg.sight_frames),
-                    ("shape overlap", self._skewed >= cfg.overlap_frames),
-                )
-                if hit
-            ]
             log.info("desync fired at frame %d (%s): residual %.3g (baseline %.3g), seen %.1f mm away, overlap %.2f",
                      self._frame, ", ".join(why), residual, base, 1e3 * d, o)  # fmt: skip
         elif self.desynced and self._low >= cfg.frames:
@@ -154,10 +185,15 @@ class DesyncDetector:
                 # Re-armed on the search's and the sighting's word, not the residual's: its level now is what
                 # in sync looks like here.
                 self._floor = float(np.median(self._recent))
+            if self._confirmed and skewed:  # likewise the overlap's (the search placed the object's shape)
+                self._overlap_floor = float(np.nanmedian(self._recent_overlap))
             self.desynced = self._confirmed = False
+            self._high = self._pulled = self._away = self._skewed = 0
             self.events.append((self._frame, "re-armed"))
         warming = len(self._baseline) < cfg.warmup
         if not self.desynced and not high and agrees and (warming or residual < cfg.recover * base):
             self._baseline.append(float(residual))
+            if np.isfinite(o) and (warming or not o < 0.5 * (1.0 + cfg.overlap_drop) * self.overlap_baseline):
+                self._overlaps.append(o)  # (not from frames halfway to the threshold: a slow drift must not teach it)
         self._frame += 1
         return self.desynced

@@ -56,6 +56,9 @@ class CorrectionConfig:
     huber_delta: float = 0.01
     """Where the Huber loss turns from quadratic to linear (intensity units, 1 = full scale); about the
     cameras' noise level (the default gap's σ is 2/255)."""
+    blur: float = 0.0
+    """σ of a Gaussian blur, px, applied alike to the render and the real window before the loss (0: none). Real
+    cameras that point-sample hard edges alias them; the blur takes the staircase out of both images."""
     exposure: bool = True
     """Compensate a global brightness change per camera and channel: each frame, the gain that best maps the
     render at the twin's pose onto the real window (least squares) scales the render in the loss."""
@@ -97,6 +100,8 @@ class CorrectionConfig:
             raise ValueError(f"support_margin: must be ≥ 0 m, got {self.support_margin}")
         if self.crop_margin is not None and self.crop_margin < 0:
             raise ValueError(f"crop_margin: must be ≥ 0 or None, got {self.crop_margin}")
+        if not self.blur >= 0:
+            raise ValueError(f"blur: must be ≥ 0 px, got {self.blur}")
         for name in ("lr_means", "lr_quats", "adam_eps", "stiffness", "huber_delta", "max_force"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
@@ -124,6 +129,22 @@ class CorrectionResult:
     def residual(self) -> float:
         """The photometric residual the desync detector watches (the loss at the start of the last step)."""
         return self.loss_after
+
+
+def blur_images(images: Tensor, sigma: float) -> Tensor:
+    """Images (C,H,W,3) blurred by a separable Gaussian of σ `sigma` px (taps to 3σ, edges replicated); the
+    images themselves for σ ≤ 0. Differentiable."""
+    if sigma <= 0:
+        return images
+    radius = max(1, int(np.ceil(3.0 * sigma)))
+    x = torch.arange(-radius, radius + 1, dtype=images.dtype)
+    taps = torch.exp(-0.5 * (x / sigma) ** 2)
+    taps = taps / taps.sum()
+    out = images.permute(0, 3, 1, 2)
+    out = torch.nn.functional.pad(out, (radius, radius, radius, radius), mode="replicate")
+    out = torch.nn.functional.conv2d(out, taps.view(1, 1, 1, -1).expand(3, 1, 1, -1), groups=3)
+    out = torch.nn.functional.conv2d(out, taps.view(1, 1, -1, 1).expand(3, 1, -1, 1), groups=3)
+    return out.permute(0, 2, 3, 1)
 
 
 def photometric_loss(rgb: Tensor, target: Tensor, kind: str, delta: float) -> Tensor:
@@ -283,6 +304,7 @@ class VisualCorrection:
         losses = []
         clock = time.perf_counter
         gain = None
+        seen = blur_images(target, cfg.blur)
         for _ in range(cfg.iterations):
             t0 = clock()
             args = [torch.cat([a, b]) for a, b in zip(objects(), fixed.args())]
@@ -295,7 +317,7 @@ class VisualCorrection:
                     r = rgb.detach()
                     gain = ((r * target).sum(dim=(1, 2)) / (r * r).sum(dim=(1, 2)).clamp_min(1e-9))[:, None, None]
                 rgb = rgb * gain
-            loss = photometric_loss(rgb, target, cfg.loss, cfg.huber_delta)
+            loss = photometric_loss(blur_images(rgb, cfg.blur), seen, cfg.loss, cfg.huber_delta)
             losses.append(float(loss.detach()))
             t1 = clock()
             optimiser.zero_grad()
