@@ -311,3 +311,42 @@ def test_a_global_brightness_change_does_not_pull_the_object(setup) -> None:
     assert in_plane < t.friction * t.mass * 9.81, result.wrenches
     uncompensated = VisualCorrection(views, twin.model, CorrectionConfig(exposure=False), frame_dt=twin.dt)
     assert _correct(twin, uncompensated, dark).loss_before > 100 * result.loss_before
+
+
+def test_the_blur_smooths_both_images_alike_and_only_at_rest_when_asked(setup) -> None:
+    """`blur_images`: σ 0 is the identity, a flat image stays flat, a hard edge becomes a monotone ramp with its
+    sum kept. In the correction, `blur` changes the loss it minimises (both images blurred alike: still pulling
+    towards the seen T), and with `blur_at_rest` only while the twin's objects are at rest."""
+    from realissim.twin.correction import blur_images
+
+    edge = torch.zeros(1, 9, 12, 3)
+    edge[:, :, 6:] = 1.0
+    assert torch.equal(blur_images(edge, 0.0), edge)
+    flat = torch.full((2, 9, 12, 3), 0.3)
+    torch.testing.assert_close(blur_images(flat, 0.7), flat)
+    ramp = blur_images(edge, 0.7)[0, 4, :, 0]
+    assert torch.all(ramp[1:] >= ramp[:-1]) and 0.0 < float(ramp[5]) < 0.5 < float(ramp[6]) < 1.0
+    torch.testing.assert_close(ramp.sum(), edge[0, 4, :, 0].sum())
+    with pytest.raises(ValueError, match="blur"):
+        CorrectionConfig(blur=-1.0)
+
+    twin, views, _ = setup
+    twin.reset()
+    images = _render_with_t_moved(twin, views, dx=0.015)
+    robot_qpos = twin.layout.robot_qpos
+    poses = VisualCorrection(views, twin.model, frame_dt=twin.dt).poses(
+        twin.data.qpos, robot_qpos, twin.data.qpos[robot_qpos]
+    )
+
+    def loss(config: CorrectionConfig, speed: float) -> tuple[float, float]:
+        """The loss before the first step, and the pull along x (the T is seen 15 mm along +x)."""
+        velocity = np.zeros((1, 6))
+        velocity[0, 0] = speed
+        result = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)(*poses, images, velocity)
+        return result.loss_before, float(result.wrenches[0, 0])
+
+    plain, blurred = loss(CorrectionConfig(), 0.0), loss(CorrectionConfig(blur=0.7), 0.0)
+    assert blurred[0] != pytest.approx(plain[0], rel=1e-3) and blurred[1] > 0.2
+    at_rest = CorrectionConfig(blur=0.7, blur_at_rest=True)
+    assert loss(at_rest, 0.0)[0] == pytest.approx(blurred[0], rel=1e-6)
+    assert loss(at_rest, 0.1)[0] == pytest.approx(loss(CorrectionConfig(), 0.1)[0], rel=1e-6)
