@@ -15,7 +15,9 @@ sighting is given, the object seen where the twin has it): a twin drifting away 
 detector that drifting is normal. One exception: when the detector re-arms on a re-acquisition's confirmation
 with the residual still high (the twin is where the images show the object, but the images hold what the twin
 does not render: shadows, the arm over the object), that residual becomes a floor under the baseline until the
-residual comes back down to the baseline's level; otherwise it would fire again on the next frame.
+residual comes back down to the baseline's level; otherwise it would fire again on the next frame. The shape
+overlap has its own in-sync level and, after such a re-arm with the overlap still low, its own floor, cleared
+once the overlap is back above its threshold.
 """
 
 from __future__ import annotations
@@ -136,16 +138,17 @@ class DesyncDetector:
         far the seen object stands from the twin's, m, and how well their shapes overlap (IoU in [0, 1]) (None
         or NaN: not seen, no evidence either way). Returns `desynced`.
 
-        Each way to fire (residual, force, distance, overlap) counts its own consecutive frames, and a fire or a
-        re-arm starts every count afresh: a re-arm needs `frames` agreeing frames after the fire, and a new fire
-        needs fresh evidence after the re-arm."""
+        Each way to fire (residual, force, distance, overlap) counts its own consecutive frames. A fire starts the
+        re-arm count afresh and a re-arm the firing counts: a re-arm needs `frames` agreeing frames after the
+        fire, and a new fire needs fresh evidence after the re-arm. While a low overlap lasts the detector stays
+        fired until a search confirms the twin (as with the distance)."""
         cfg = self.config
         base = self.baseline
         d = float("nan") if distance is None else float(distance)
         o = float("nan") if overlap is None else float(overlap)
         away = d > cfg.sight_distance + self.sight_slack  # False for NaN: not seen is no evidence
         shape = self.overlap_baseline
-        if self._overlap_floor and not o < cfg.overlap_drop * shape:
+        if self._overlap_floor and o >= cfg.overlap_drop * shape:  # (False for NaN: not seen is no evidence)
             self._overlap_floor = 0.0  # the shapes overlap as in sync again
         shape = min(shape, self._overlap_floor) if self._overlap_floor else shape
         skewed = o < cfg.min_overlap or o < cfg.overlap_drop * shape  # False for NaN
@@ -185,8 +188,12 @@ class DesyncDetector:
                 # Re-armed on the search's and the sighting's word, not the residual's: its level now is what
                 # in sync looks like here.
                 self._floor = float(np.median(self._recent))
-            if self._confirmed and skewed:  # likewise the overlap's (the search placed the object's shape)
-                self._overlap_floor = float(np.nanmedian(self._recent_overlap))
+            if self._confirmed:  # likewise the overlap's, judged on the last `frames` frames (not one)
+                recent = np.asarray(self._recent_overlap)
+                recent = recent[np.isfinite(recent)]
+                level = float(np.median(recent)) if recent.size else float("nan")
+                if level < cfg.overlap_drop * self.overlap_baseline:
+                    self._overlap_floor = max(level, 1e-9)
             self.desynced = self._confirmed = False
             self._high = self._pulled = self._away = self._skewed = 0
             self.events.append((self._frame, "re-armed"))

@@ -60,7 +60,9 @@ class CorrectionConfig:
     """σ of a Gaussian blur, px, applied alike to the render and the real window before the loss (0: none). Real
     cameras that point-sample hard edges alias them; the blur takes the staircase out of both images."""
     blur_at_rest: bool = False
-    """Blur only while every object moves slower than `rest_speed` (the twin's velocity)."""
+    """Blur only while every object's planar speed (the twin's; turning is not counted) is below `rest_speed`;
+    always when no velocity is given. The residual's level then changes whenever the blur switches, which the
+    desync detector's baseline does not expect (docs/decisions.md: three extra false alarms)."""
     rest_speed: float = 0.01
     """m/s; see `blur_at_rest`."""
     exposure: bool = True
@@ -106,6 +108,8 @@ class CorrectionConfig:
             raise ValueError(f"crop_margin: must be ≥ 0 or None, got {self.crop_margin}")
         if not self.blur >= 0:
             raise ValueError(f"blur: must be ≥ 0 px, got {self.blur}")
+        if not self.rest_speed >= 0:
+            raise ValueError(f"rest_speed: must be ≥ 0 m/s, got {self.rest_speed}")
         for name in ("lr_means", "lr_quats", "adam_eps", "stiffness", "huber_delta", "max_force"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
@@ -141,7 +145,7 @@ def blur_images(images: Tensor, sigma: float) -> Tensor:
     if sigma <= 0:
         return images
     radius = max(1, int(np.ceil(3.0 * sigma)))
-    x = torch.arange(-radius, radius + 1, dtype=images.dtype)
+    x = torch.arange(-radius, radius + 1, dtype=images.dtype, device=images.device)
     taps = torch.exp(-0.5 * (x / sigma) ** 2)
     taps = taps / taps.sum()
     out = images.permute(0, 3, 1, 2)
