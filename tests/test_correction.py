@@ -313,10 +313,10 @@ def test_a_global_brightness_change_does_not_pull_the_object(setup) -> None:
     assert _correct(twin, uncompensated, dark).loss_before > 100 * result.loss_before
 
 
-def test_the_blur_smooths_both_images_alike_and_only_at_rest_when_asked(setup) -> None:
+def test_the_blur_smooths_both_images_alike(setup) -> None:
     """`blur_images`: σ 0 is the identity, a flat image stays flat, a hard edge becomes a monotone ramp with its
     sum kept. In the correction, `blur` changes the loss it minimises (both images blurred alike: still pulling
-    towards the seen T), and with `blur_at_rest` only while the twin's objects are at rest."""
+    towards the seen T)."""
     from realissim.twin.correction import blur_images
 
     edge = torch.zeros(1, 9, 12, 3)
@@ -338,15 +338,10 @@ def test_the_blur_smooths_both_images_alike_and_only_at_rest_when_asked(setup) -
         twin.data.qpos, robot_qpos, twin.data.qpos[robot_qpos]
     )
 
-    def loss(config: CorrectionConfig, speed: float) -> tuple[float, float]:
+    def loss(config: CorrectionConfig) -> tuple[float, float]:
         """The loss before the first step, and the pull along x (the T is seen 15 mm along +x)."""
-        velocity = np.zeros((1, 6))
-        velocity[0, 0] = speed
-        result = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)(*poses, images, velocity)
+        result = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)(*poses, images, np.zeros((1, 6)))
         return result.loss_before, float(result.wrenches[0, 0])
 
-    plain, blurred = loss(CorrectionConfig(), 0.0), loss(CorrectionConfig(blur=0.7), 0.0)
+    plain, blurred = loss(CorrectionConfig()), loss(CorrectionConfig(blur=0.7))
     assert blurred[0] != pytest.approx(plain[0], rel=1e-3) and blurred[1] > 0.2
-    at_rest = CorrectionConfig(blur=0.7, blur_at_rest=True)
-    assert loss(at_rest, 0.0)[0] == pytest.approx(blurred[0], rel=1e-6)
-    assert loss(at_rest, 0.1)[0] == pytest.approx(loss(CorrectionConfig(), 0.1)[0], rel=1e-6)

@@ -72,6 +72,9 @@ class DesyncConfig:
 _FRAME_COUNTS = ("warmup", "frames", "baseline_window", "sight_frames", "overlap_frames")
 """The fields of `DesyncConfig` counted in frames."""
 
+_REASONS = ("residual", "visual force", "sighting distance", "shape overlap")
+"""The ways the detector fires, as its log names them (in `update`'s order)."""
+
 
 class DesyncDetector:
     """Feed it every frame's residual and force; `desynced` says whether the twin is out of sync."""
@@ -167,20 +170,17 @@ class DesyncDetector:
         self._away = self._away + 1 if away else 0
         self._skewed = self._skewed + 1 if skewed else 0
         self._low = self._low + 1 if low else 0
-        why = [
-            name
-            for name, hit in (
-                ("residual", self._high >= cfg.frames),
-                ("visual force", self._pulled >= cfg.frames),
-                ("sighting distance", self._away >= cfg.sight_frames),
-                ("shape overlap", self._skewed >= cfg.overlap_frames),
-            )
-            if hit
-        ]
-        if not self.desynced and why:
+        hits = (
+            self._high >= cfg.frames,
+            self._pulled >= cfg.frames,
+            self._away >= cfg.sight_frames,
+            self._skewed >= cfg.overlap_frames,
+        )
+        if not self.desynced and any(hits):
             self.desynced = True
             self._low = 0
             self.events.append((self._frame, "fired"))
+            why = [name for name, hit in zip(_REASONS, hits, strict=True) if hit]
             log.info("desync fired at frame %d (%s): residual %.3g (baseline %.3g), seen %.1f mm away, overlap %.2f",
                      self._frame, ", ".join(why), residual, base, 1e3 * d, o)  # fmt: skip
         elif self.desynced and self._low >= cfg.frames:

@@ -59,12 +59,6 @@ class CorrectionConfig:
     blur: float = 0.0
     """σ of a Gaussian blur, px, applied alike to the render and the real window before the loss (0: none). Real
     cameras that point-sample hard edges alias them; the blur takes the staircase out of both images."""
-    blur_at_rest: bool = False
-    """Blur only while every object's planar speed (the twin's; turning is not counted) is below `rest_speed`;
-    always when no velocity is given. The residual's level then changes whenever the blur switches, which the
-    desync detector's baseline does not expect (docs/decisions.md: three extra false alarms)."""
-    rest_speed: float = 0.01
-    """m/s; see `blur_at_rest`."""
     exposure: bool = True
     """Compensate a global brightness change per camera and channel: each frame, the gain that best maps the
     render at the twin's pose onto the real window (least squares) scales the render in the loss."""
@@ -108,8 +102,6 @@ class CorrectionConfig:
             raise ValueError(f"crop_margin: must be ≥ 0 or None, got {self.crop_margin}")
         if not self.blur >= 0:
             raise ValueError(f"blur: must be ≥ 0 px, got {self.blur}")
-        if not self.rest_speed >= 0:
-            raise ValueError(f"rest_speed: must be ≥ 0 m/s, got {self.rest_speed}")
         for name in ("lr_means", "lr_quats", "adam_eps", "stiffness", "huber_delta", "max_force"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
@@ -275,18 +267,13 @@ class VisualCorrection:
             keep = window.touches(fixed.means, 3.0 * fixed.scales.amax(dim=-1))
             fixed = Gaussians(*(t[keep] for t in fixed.args()))
         rest = [t[self._obj] for t in (g.scales, g.colors, g.opacities)]
-        blur = cfg.blur
-        if cfg.blur_at_rest and velocity is not None:
-            speed = float(np.linalg.norm(np.asarray(velocity)[:, :2], axis=1).max(initial=0.0))
-            blur = cfg.blur if speed < cfg.rest_speed else 0.0
         if cfg.mode == "rigid":
-            wrenches, moved, losses = self._rigid(means0, quats0, rest, fixed, xipos, target, window, velocity, stages,
-                                                  blur)  # fmt: skip
+            wrenches, moved, losses = self._rigid(means0, quats0, rest, fixed, xipos, target, window, velocity, stages)
         else:
             means = means0.clone().requires_grad_()
             quats = quats0.clone().requires_grad_()
             groups = [{"params": [means], "lr": cfg.lr_means}, {"params": [quats], "lr": cfg.lr_quats}]
-            losses = self._optimise(groups, lambda: [means, quats, *rest], fixed, target, window, stages, blur)
+            losses = self._optimise(groups, lambda: [means, quats, *rest], fixed, target, window, stages)
             wrenches, moved = self._wrenches(means.detach().double() - means0.double(), means0.double(), xipos)
             wrenches = self._spring_scale * wrenches
         if support is not None:
@@ -306,7 +293,6 @@ class VisualCorrection:
         target: Tensor,
         window: ViewWindow,
         stages: dict[str, float],
-        blur: float = 0.0,
     ) -> list[float]:
         """`iterations` Adam steps on `groups`; `objects()` gives the objects' Gaussian arguments from the
         current parameters; the time spent is added to `stages`. Returns the photometric loss at the start
@@ -318,7 +304,7 @@ class VisualCorrection:
         losses = []
         clock = time.perf_counter
         gain = None
-        seen = blur_images(target, blur)
+        seen = blur_images(target, cfg.blur)
         for _ in range(cfg.iterations):
             t0 = clock()
             args = [torch.cat([a, b]) for a, b in zip(objects(), fixed.args())]
@@ -331,7 +317,7 @@ class VisualCorrection:
                     r = rgb.detach()
                     gain = ((r * target).sum(dim=(1, 2)) / (r * r).sum(dim=(1, 2)).clamp_min(1e-9))[:, None, None]
                 rgb = rgb * gain
-            loss = photometric_loss(blur_images(rgb, blur), seen, cfg.loss, cfg.huber_delta)
+            loss = photometric_loss(blur_images(rgb, cfg.blur), seen, cfg.loss, cfg.huber_delta)
             losses.append(float(loss.detach()))
             t1 = clock()
             optimiser.zero_grad()
@@ -355,7 +341,6 @@ class VisualCorrection:
         window: ViewWindow,
         velocity: np.ndarray | None,
         stages: dict[str, float],
-        blur: float = 0.0,
     ) -> tuple[np.ndarray, np.ndarray, list[float]]:
         """Rigid mode: Adam on one translation (K,3) m and rotation vector (K,3) rad per body, about its COM;
         returns wrenches (K,6) (uncapped), translations found (K,) m and the losses."""
@@ -381,7 +366,7 @@ class VisualCorrection:
             {"params": [shift_xy, shift_z], "lr": cfg.lr_means},
             {"params": [rot_xy, rot_z], "lr": cfg.lr_rotation},
         ]
-        losses = self._optimise(groups, objects, fixed, target, window, stages, blur)
+        losses = self._optimise(groups, objects, fixed, target, window, stages)
         found = torch.cat([shift_xy, shift_z], dim=-1).detach().double().numpy()
         turned = torch.cat([rot_xy, rot_z], dim=-1).detach().double().numpy()
         wrench = self._spring_scale * np.concatenate([cfg.stiffness * found, cfg.rot_stiffness * turned], axis=1)
