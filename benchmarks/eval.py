@@ -50,6 +50,10 @@ class Args:
     `online_episodes_per_hour`)."""
     threads: int = 1
     """Torch threads of the offline policies (`realissim eval offline --threads`)."""
+    steps: int | None = None
+    """Euler steps K of the offline policies (None: the checkpoint's; `realissim eval offline --steps`)."""
+    sleep: bool = True
+    """Offline: resting objects sleep (`EnvConfig.sleep`); --no-sleep for the physics without it."""
     workers: int = 1
     """Offline batches at once (`realissim eval offline --workers`); the envs in flight are envs × workers."""
     json: Path | None = None
@@ -69,13 +73,15 @@ def main() -> None:
     for kind, path in (("state", args.state), ("wrist", args.wrist)):
         if path is None:
             continue
-        policy = FlowPolicy.load(path, obs=kind, scene=task.scene, threads=args.threads)
+        policy = FlowPolicy.load(path, obs=kind, scene=task.scene, threads=args.threads, steps=args.steps)
         starts = start_set("pusht/eval-v1")[: args.offline]
-        config = policy.env_config(EnvConfig())
+        config = policy.env_config(EnvConfig(sleep=args.sleep))
         report = evaluate_offline(task, policy, starts, args.envs, args.max_seconds, config, workers=args.workers)
         s = report.summary()
         out[f"offline_x_realtime_per_env_{kind}"] = s["x_realtime_per_env"]
         out[f"offline_envs_in_flight_{kind}"] = report.envs
+        out[f"offline_euler_steps_{kind}"] = policy.steps
+        out["offline_sleep"] = args.sleep
         out[f"offline_success_{kind}"] = s["success"]
         out[f"offline_success_ci95_{kind}"] = s["success_ci95"]
         if kind == "state":

@@ -14,6 +14,7 @@ from realissim.real.surrogate import Surrogate, SurrogateConfig
 from realissim.runtime import RuntimeConfig
 from realissim.spec.state import StartState
 from realissim.tasks import Task, make
+from realissim.twin import PhysicsConfig
 from realissim.twin.state import TwinState
 
 
@@ -141,7 +142,8 @@ def test_online_and_offline_envs_share_one_code_path(task: Task) -> None:
     bound and shaping (the default), the real arm's measured joints do act on the twin arm."""
     start = sampled(task, 1, seed=5)[0]
     offline = Recorder()
-    run_episode(Env(task), ScriptedPush(task.scene), start, 2.0, [offline], stop_on_success=False)
+    awake = EnvConfig(sleep=False)  # (an online twin never sleeps)
+    run_episode(Env(task, awake), ScriptedPush(task.scene), start, 2.0, [offline], stop_on_success=False)
     online = Recorder()
     runtime = RuntimeConfig(follow=True, correct=False, max_lead=None, arm_limits=None)
     config = EnvConfig(runtime=runtime, real_images=True)
@@ -153,8 +155,11 @@ def test_online_and_offline_envs_share_one_code_path(task: Task) -> None:
         obs = env.observe()
         bounded = Env(task, EnvConfig(runtime=RuntimeConfig(follow=True, correct=False)), world)
         run_episode(bounded, ScriptedPush(task.scene), start, 2.0, [waiting], stop_on_success=False)
+        with pytest.raises(ValueError, match="online twin must not sleep"):
+            Env(task, EnvConfig(runtime=RuntimeConfig(physics=PhysicsConfig(sleep=True))), world)
     assert not np.array_equal(waiting.states[-1].q, offline.states[-1].q)
     assert env.online and type(env.runtime) is type(Env(task).runtime)
+    assert not env.runtime.twin.config.sleep and Env(task).runtime.twin.config.sleep
     assert len(online.states) == len(offline.states) == 120
     for a, b in zip(online.states, offline.states):
         assert_states_equal(a, b)

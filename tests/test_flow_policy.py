@@ -116,15 +116,49 @@ def test_training_times_follow_the_configured_distribution() -> None:
     assert abs(uniform.mean().item() - 0.5) < 0.01
 
 
+def test_sampling_with_the_film_terms_once_per_chunk_equals_the_network_step_by_step(
+    trained: TrainResult, task: Task
+) -> None:
+    """`FlowPolicyModel.sample` computes the FiLM terms' observation part once per chunk and the flow time's part
+    per Euler step (`film_cond`, `film_time`; traced or not): the same chunks, to float rounding, as integrating
+    the network's own forward, v(x, t, cond), step by step."""
+    model = trained.model.eval()
+    net = model.velocity
+    g = torch.Generator().manual_seed(3)
+    cond = torch.randn(5, model.encoder.feature_dim, generator=g)
+    t = torch.rand(5, generator=g)
+    with torch.inference_mode():
+        joint = net.film(t, cond)
+        split = [c + f for c, f in zip(net.film_cond(cond), net.film_time(t))]
+        assert len(joint) == len(net.blocks()) == 4 * len(net.config.channels)  # 2 per level: down, middle, up
+        for a, b in zip(joint, split):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    policy = FlowPolicy(model, task.scene, seed=0)
+    observation = BatchEnv(task, 5).reset(seed=2)
+    tensors = {k: torch.from_numpy(np.asarray(v)) for k, v in model.encoder.observation_inputs(observation).items()}
+    reference = torch.from_numpy(np.asarray(observation.q_des, dtype=np.float32))
+    noise = torch.randn(5, model.config.waypoints, model.action_dim, generator=g)
+    with torch.inference_mode():
+        plain = euler_sample(net, noise, model.condition(tensors), 10)
+        expected = model.from_generated(model.action_norm.unnormalize(plain), reference)
+        eager = model.sample(tensors, reference, noise, 10)
+        traced = model.sample(tensors, reference, noise, 10, policy._compiled(noise, tensors))
+    assert policy._traced is not None
+    torch.testing.assert_close(eager, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(traced, expected, rtol=1e-5, atol=1e-5)
+
+
 # --- Normaliser and training samples ----------------------------------------------------------------------
 
 
 def test_mish_is_torchs_mish() -> None:
-    """The networks' Mish (two kernels, faster here) is the function `torch.nn.Mish` computes, over the range
-    activations take, including where softplus switches to the identity (x > 20) and far negative."""
+    """The networks' Mish (through sigmoid, faster here) is the function `torch.nn.Mish` computes, to float32
+    rounding relative to its value, over the range activations take, including where softplus switches to the
+    identity (x > 20) and far negative (where Mish is tiny)."""
     noise = torch.randn(10000, generator=torch.Generator().manual_seed(0))
-    x = torch.cat([torch.linspace(-60.0, 60.0, 20001), noise * 3.0])
-    np.testing.assert_allclose(Mish()(x).numpy(), torch.nn.Mish()(x).numpy(), rtol=2e-6, atol=1e-7)
+    x = torch.cat([torch.linspace(-100.0, 100.0, 40001), noise * 3.0])
+    exact = torch.nn.Mish()(x.double()).numpy()
+    np.testing.assert_allclose(Mish()(x).double().numpy(), exact, rtol=5e-7, atol=1e-30)  # (float32 underflow)
 
 
 @pytest.mark.parametrize("mode", ["minmax", "meanstd"])

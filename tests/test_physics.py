@@ -136,6 +136,39 @@ def test_pushing_at_max_cartesian_speed_is_stable(scene: SceneSpec) -> None:
     assert max(tip_speeds) > 1.0
 
 
+def test_a_resting_object_sleeps_and_the_pusher_or_a_wrench_wakes_it(scene: SceneSpec) -> None:
+    """With `sleep`, the T resting on the table is frozen and its 40 table contacts are not computed; the pusher
+    reaching it wakes it and pushes it as far as without sleeping. Not bit for bit: a push through the T is
+    chaotic at the micrometre (offsetting the T's start by 1 µm moves its end by ~1 mm here, 10 µm by ~8 mm), so
+    the two runs agree to a centimetre. A wrench wakes it too."""
+    ik = PusherIK(scene)
+    sweep = sweep_waypoints(scene.objects[0].pose.pos, 0.12, 3, scene.robot.pusher.radius + 0.005)
+    path = np.concatenate([[ik.tip_position(scene.robot.home), (*sweep[0, :2], 0.08)], sweep])
+    ends, contacts, still = {}, {}, {}
+    for sleep in (False, True):
+        twin = TwinPhysics(scene, PhysicsConfig(sleep=sleep))
+        targets = joint_trajectory(ik, sample_path(path, 0.3, twin.dt, accel=3.0), scene.robot.home,
+                                   panda.VELOCITY_LIMIT, twin.dt)  # fmt: skip
+        poses = []
+        for k, q in enumerate([*targets, *[targets[-1]] * 120]):
+            twin.set_joint_targets(q)
+            twin.step()
+            poses.append(twin.data.qpos[twin.layout.object_qpos[0]].copy())
+            if k == 40:  # the arm still on its way: the T rests
+                contacts[sleep] = twin.data.ncon
+        still[sleep] = np.array_equal(poses[20], poses[40])
+        ends[sleep] = poses[-1][:3]
+        assert np.linalg.norm(ends[sleep][:2] - poses[0][:2]) > 0.1  # pushed along the sweep
+        if sleep:
+            assert still[True] and twin.data.qvel[twin.layout.object_dof[0]].tolist() == [0.0] * 6
+            twin.apply_wrench(T_NAME, [2.0, 0.0, 0.0], np.zeros(3))
+            twin.step()
+            assert twin.data.qvel[twin.layout.object_dof[0][0]] > 0.01  # the wrench woke it
+    assert contacts[False] == 40 and contacts[True] == 0  # the resting T's contacts are not computed asleep
+    assert not still[False]  # (awake, it creeps by float rounding)
+    assert np.linalg.norm(ends[True] - ends[False]) < 0.01
+
+
 def test_restore_gives_bit_identical_continuation(scene: SceneSpec) -> None:
     twin = TwinPhysics(scene)
     rng = np.random.default_rng(3)

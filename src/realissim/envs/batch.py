@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from realissim.envs.env import EnvConfig, FrameInfo, FrameObserver, StepInfo, frames_for
+from realissim.envs.env import EnvConfig, FrameInfo, FrameObserver, StepInfo, frames_for, offline_runtime
 from realissim.policy.base import ActionChunk, Observation
 from realissim.spec.state import StartState
 from realissim.twin.batch import TwinBatch
@@ -26,7 +26,7 @@ class BatchEnv:
         if config.real_images:
             raise ValueError("real_images: a BatchEnv is offline and has no real cameras")
         self.task, self.config = task, config
-        self.twins = TwinBatch(task.scene, size, config.runtime.physics, nthread)
+        self.twins = TwinBatch(task.scene, size, offline_runtime(config).physics, nthread)
         self.cameras = None
         if config.cameras:
             from realissim.twin.virtual import VirtualCameras

@@ -41,6 +41,10 @@ class EnvConfig:
     """Online: put the real cameras' latest frames into each observation."""
     replan_every: float | None = None
     """Ask the policy for a new chunk after this many seconds (None: when the chunk is used up, as the paper)."""
+    sleep: bool = True
+    """Offline (`Env` without a world, `BatchEnv`): a resting object sleeps (`PhysicsConfig.sleep`), frozen until the
+    pusher touches it. Offline evaluation runs about twice as fast for the same success (docs/decisions.md,
+    "Offline evaluation: resting objects sleep"). Ignored online, where the twin never sleeps."""
     calibrate: Literal["first_reset", "every_reset", "never"] = "first_reset"
     """Online: when to fit the twin's appearance to the cameras (it needs twin and world in the same state)."""
     calibrate_at: Literal["goal", "start"] = "goal"
@@ -108,6 +112,13 @@ class StepInfo:
     desynced: bool | np.ndarray = False
 
 
+def offline_runtime(config: EnvConfig) -> RuntimeConfig:
+    """The frame loop of an offline twin of `config`: no follower, no correction, objects sleeping at rest if
+    `config.sleep`."""
+    physics = replace(config.runtime.physics, sleep=config.sleep)
+    return replace(config.runtime, follow=False, correct=False, physics=physics)
+
+
 def frames_for(chunk: ActionChunk, dt: float, replan_every: float | None, max_frames: int | None = None) -> int:
     """Frames of `dt` s to follow `chunk` for: its horizon, or the re-plan period if shorter, or `max_frames` if
     fewer (at least 1)."""
@@ -121,7 +132,11 @@ class Env:
 
     def __init__(self, task: Task, config: EnvConfig = EnvConfig(), world: RealWorld | None = None) -> None:
         self.task, self.config, self.world = task, config, world
-        runtime = config.runtime if world is not None else replace(config.runtime, follow=False, correct=False)
+        if world is not None and config.runtime.physics.sleep:
+            raise ValueError(
+                "physics.sleep: an online twin must not sleep (the correction's search places its objects)"
+            )
+        runtime = config.runtime if world is not None else offline_runtime(config)
         if config.real_images and world is None:
             raise ValueError("real_images: an offline environment has no real cameras")
         self.runtime = Runtime(task.scene, runtime, world)

@@ -61,10 +61,14 @@ def flow_loss(
     return torch.mean((velocity(x_t, t, cond) - (noise - actions)) ** 2)
 
 
+def euler_times(steps: int) -> Tensor:
+    """The flow times (steps,) at which `steps` Euler steps from t = 1 to t = 0 evaluate the velocity: 1, 1 − 1/K, …"""
+    return 1.0 - torch.arange(steps, dtype=torch.float32) / steps
+
+
 def euler_sample(velocity: VelocityField, noise: Tensor, cond: Tensor, steps: int) -> Tensor:
-    """Chunks (B, m, A): `noise` (B, m, A) at t = 1 carried to t = 0 by `steps` Euler steps of −v dt."""
+    """Chunks (B, m, A): `noise` (B, m, A) at t = 1 carried to t = 0 by `steps` Euler steps of −v(x, t | cond) dt."""
     x, dt = noise, 1.0 / steps
-    for k in range(steps):
-        t = torch.full((x.shape[0],), 1.0 - k * dt, dtype=x.dtype)
-        x = x - dt * velocity(x, t, cond)
+    for t in euler_times(steps).to(x.dtype):
+        x = x - dt * velocity(x, t.expand(x.shape[0]), cond)
     return x

@@ -20,9 +20,17 @@ from realissim.assets import panda
 from realissim.envs.env import EnvConfig
 from realissim.policy.base import ActionChunk, Observation
 from realissim.policy.checkpoint import CheckpointError, load_checkpoint
-from realissim.policy.flow import VelocityField
-from realissim.policy.model import LEGACY_MODEL_FIELDS, FlowPolicyModel, ModelConfig, build_model, torch_settings
+from realissim.policy.model import (
+    LEGACY_MODEL_FIELDS,
+    FilmVelocity,
+    FlowPolicyModel,
+    ModelConfig,
+    build_model,
+    film_forward,
+    torch_settings,
+)
 from realissim.policy.observations import require_finite
+from realissim.policy.unet import ConditionalUNet1D
 from realissim.spec.codec import first_difference, from_dict
 from realissim.spec.errors import SpecError
 from realissim.spec.io import scene_from_dict, scene_to_dict
@@ -107,6 +115,19 @@ class TipSpeedLimit:
             out[rows, i] = target
             prev_q, prev_tip = target, tip
         return out
+
+
+class _FilmForward(torch.nn.Module):
+    """`model.film_forward` as a module's forward, for tracing."""
+
+    def __init__(self, net: ConditionalUNet1D) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(
+        self, x: torch.Tensor, cond_film: tuple[torch.Tensor, ...], time_film: tuple[torch.Tensor, ...]
+    ) -> torch.Tensor:
+        return film_forward(self.net)(x, cond_film, time_film)
 
 
 class FlowPolicy:
@@ -213,20 +234,21 @@ class FlowPolicy:
             if where is not None:
                 raise CheckpointError(f"{self.path}: incompatible scene: {where}")
 
-    def _compiled(self, noise: torch.Tensor, inputs: dict[str, torch.Tensor]) -> VelocityField | None:
-        """The velocity network traced and frozen for inference (built once, on the first call; any batch size):
-        the same numbers to float rounding, and about half the time of the module at batch 1 on this CPU,
-        where the module's Python overhead dominates. None (the module itself) if tracing fails."""
+    def _compiled(self, noise: torch.Tensor, inputs: dict[str, torch.Tensor]) -> FilmVelocity | None:
+        """The velocity network given its FiLM terms' two parts (`model.film_forward`), traced and frozen for
+        inference (built once, on the first call; any batch size): the same numbers to float rounding, and about
+        half the time of the module at batch 1 on this CPU, where the module's Python overhead dominates. None
+        (the module itself) if tracing fails."""
         if self._traced is None and self.compile:
             try:
-                cond = self.model.condition(inputs)
-                t = torch.ones(noise.shape[0])
-                # The shape check in forward is constant for these shapes; torch.jit is deprecated in favour of
-                # torch.compile, which needs a C++ toolchain at run time (docs/decisions.md, "Flow policy").
+                net = self.model.velocity
+                cond_film, time_film = net.film_cond(self.model.condition(inputs)), net.film_time(torch.ones(1))
+                # The shape check in forward_film is constant for these shapes; torch.jit is deprecated in favour
+                # of torch.compile, which needs a C++ toolchain at run time (docs/decisions.md, "Flow policy").
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", torch.jit.TracerWarning)
                     warnings.simplefilter("ignore", DeprecationWarning)
-                    traced = torch.jit.trace(self.model.velocity, (noise, t, cond), check_trace=False)
+                    traced = torch.jit.trace(_FilmForward(net).eval(), (noise, cond_film, time_film), check_trace=False)
                     self._traced = torch.jit.optimize_for_inference(torch.jit.freeze(traced))
             except Exception as err:  # tracing is an optimisation: fall back to the module
                 log.warning("%s: could not trace the velocity network (%s); using the module", self.path, err)

@@ -9,20 +9,24 @@ normalised chunk; flow matching on the normalised chunk given c; sampling runs t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
-from realissim.policy.flow import FlowConfig, VelocityField, euler_sample, flow_loss
+from realissim.policy.flow import FlowConfig, euler_times, flow_loss
 from realissim.policy.layers import Mish
 from realissim.policy.normalizer import Normalizer, NormMode
 from realissim.policy.observations import ObservationEncoder, ObsKind, StateEncoder, make_encoder, state_from_pose
 from realissim.policy.unet import ConditionalUNet1D, UNetConfig
 from realissim.policy.vision import VisionConfig
 from realissim.spec.scene import SceneSpec
+
+FilmVelocity = Callable[[Tensor, Sequence[Tensor], Sequence[Tensor]], Tensor]
+"""The velocity network given the two parts of its FiLM terms: (x (B, m, A), the observation features' part
+(B, 2 C) per block, the flow time's part (1, 2 C) per block) → (B, m, A) (`film_forward`)."""
 
 
 @dataclass(frozen=True)
@@ -321,14 +325,28 @@ class FlowPolicyModel(nn.Module):
         reference: Tensor,
         noise: Tensor,
         steps: int | None = None,
-        velocity: VelocityField | None = None,
+        core: FilmVelocity | None = None,
     ) -> Tensor:
         """Chunks (B, m, A) in data units from `noise` (B, m, A) given raw inputs (B, ...) and reference q′
-        (B, J); K = `steps` or the config's Euler steps; `velocity` replaces the network (e.g. its compiled
-        form) when given."""
-        field_ = velocity if velocity is not None else self.velocity
-        x = euler_sample(field_, noise, self.condition(inputs), steps or self.config.flow.steps)
+        (B, J): K = `steps` or the config's Euler steps (`flow.euler_sample`'s times and updates). The network's
+        FiLM terms are computed once per chunk, not per step: the observation features' part for the batch
+        (`ConditionalUNet1D.film_cond`), the flow time's for the K times (`film_time`). `core` replaces the
+        network given both parts (`FilmVelocity`, e.g. its traced form) when given."""
+        net = self.velocity
+        k = steps or self.config.flow.steps
+        times = euler_times(k).to(noise.dtype)
+        cond_film, time_film = net.film_cond(self.condition(inputs)), net.film_time(times)
+        forward = core if core is not None else film_forward(net)
+        x, dt = noise, 1.0 / k
+        for i in range(k):
+            x = x - dt * forward(x, cond_film, tuple(f[i : i + 1] for f in time_film))
         return self.from_generated(self.action_norm.unnormalize(x), reference)
+
+
+def film_forward(net: ConditionalUNet1D) -> FilmVelocity:
+    """`net` given its FiLM terms' two parts: the observation features' (B, 2 C) and the flow time's (1, 2 C)
+    per block, summed."""
+    return lambda x, cond_film, time_film: net.forward_film(x, tuple(c + f for c, f in zip(cond_film, time_film)))
 
 
 def build_model(config: ModelConfig, scene: SceneSpec) -> FlowPolicyModel:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional
 
 from realissim.policy.layers import Mish
 
@@ -64,8 +66,9 @@ class ConvBlock(nn.Module):
 
 
 class FiLMResBlock(nn.Module):
-    """Two conv blocks with a FiLM (per-channel scale and shift from `cond`) between them, plus a residual:
-    (B, C_in, L), (B, D) → (B, C_out, L)."""
+    """Two conv blocks with a FiLM (per-channel scale and shift from the conditioning) between them, plus a
+    residual: (B, C_in, L), FiLM terms (B, 2 C_out) → (B, C_out, L). The FiLM terms are `film(c)`, an affine map
+    of Mish(c) for the conditioning c = [time features, observation features] (B, D)."""
 
     def __init__(self, c_in: int, c_out: int, cond_dim: int, kernel: int, groups: int) -> None:
         super().__init__()
@@ -74,13 +77,23 @@ class FiLMResBlock(nn.Module):
         self.film = nn.Sequential(Mish(), nn.Linear(cond_dim, 2 * c_out))
         self.skip = nn.Conv1d(c_in, c_out, 1) if c_in != c_out else nn.Identity()
 
-    def forward(self, x: Tensor, cond: Tensor) -> Tensor:
-        scale, shift = self.film(cond).unsqueeze(-1).chunk(2, dim=1)
+    def split_film(self, time_dim: int, time: Tensor | None, cond: Tensor | None) -> Tensor:
+        """The FiLM terms' part from the time features `time` (T, time_dim) alone (no bias), or from the observation
+        features `cond` (B, D − time_dim) alone (with the bias): Mish is elementwise, so `film([time, cond])` is
+        the sum of the two (to float rounding). Exactly one of them must be given."""
+        linear = self.film[1]
+        if time is not None:
+            return functional.linear(self.film[0](time), linear.weight[:, :time_dim])
+        assert cond is not None
+        return functional.linear(self.film[0](cond), linear.weight[:, time_dim:], linear.bias)
+
+    def forward(self, x: Tensor, film: Tensor) -> Tensor:
+        scale, shift = film.unsqueeze(-1).chunk(2, dim=1)
         return self.second(self.first(x) * scale + shift) + self.skip(x)
 
 
 class Level(nn.Module):
-    """One level of the U-Net: two FiLM residual blocks, (B, C_in, L) → (B, C_out, L)."""
+    """One level of the U-Net: two FiLM residual blocks, (B, C_in, L) and their FiLM terms → (B, C_out, L)."""
 
     def __init__(self, c_in: int, c_out: int, cond_dim: int, config: UNetConfig) -> None:
         super().__init__()
@@ -89,9 +102,10 @@ class Level(nn.Module):
             [FiLMResBlock(c_in, c_out, cond_dim, k, g), FiLMResBlock(c_out, c_out, cond_dim, k, g)]
         )
 
-    def forward(self, x: Tensor, cond: Tensor) -> Tensor:
+    def forward(self, x: Tensor, films: Iterator[Tensor]) -> Tensor:
+        """`films` yields each block's FiLM terms in turn."""
         for block in self.blocks:
-            x = block(x, cond)
+            x = block(x, next(films))
         return x
 
 
@@ -120,17 +134,42 @@ class ConditionalUNet1D(nn.Module):
             ConvBlock(ch[0], ch[0], config.kernel, config.groups), nn.Conv1d(ch[0], action_dim, 1)
         )
 
-    def forward(self, x: Tensor, t: Tensor, cond: Tensor) -> Tensor:
+    def blocks(self) -> list[FiLMResBlock]:
+        """Every FiLM block in the order the forward pass applies them (down levels, middle, up levels)."""
+        return [b for level in (*self.down, self.mid, *self.up) for b in level.blocks]  # type: ignore[attr-defined]
+
+    def film(self, t: Tensor, cond: Tensor) -> tuple[Tensor, ...]:
+        """Each block's FiLM terms (B, 2 C) (in `blocks` order) for flow times t (B,) and observation features
+        cond (B, C_cond)."""
+        c = torch.cat([self.time_mlp(time_embedding(t, self.config.time_dim)), cond], dim=-1)
+        return tuple(block.film(c) for block in self.blocks())
+
+    def film_cond(self, cond: Tensor) -> tuple[Tensor, ...]:
+        """The observation features' part (B, 2 C) of each block's FiLM terms: computed once per chunk when
+        sampling, since the features do not change between Euler steps. `film(t, cond)` is
+        `film_cond(cond)` + `film_time(t)` to float rounding."""
+        return tuple(block.split_film(self.config.time_dim, None, cond) for block in self.blocks())
+
+    def film_time(self, t: Tensor) -> tuple[Tensor, ...]:
+        """The flow time's part (T, 2 C) of each block's FiLM terms for times t (T,) (see `film_cond`)."""
+        time = self.time_mlp(time_embedding(t, self.config.time_dim))
+        return tuple(block.split_film(self.config.time_dim, time, None) for block in self.blocks())
+
+    def forward_film(self, x: Tensor, film: Sequence[Tensor]) -> Tensor:
+        """The velocity (B, m, A) of chunks x (B, m, A) given each block's FiLM terms (`film`, `blocks` order)."""
         if x.shape[1] % 2 ** len(self.downsample):
             raise ValueError(f"ConditionalUNet1D: m = {x.shape[1]} is not divisible by 2^{len(self.downsample)}")
-        c = torch.cat([self.time_mlp(time_embedding(t, self.config.time_dim)), cond], dim=-1)
+        films = iter(film)
         h = x.transpose(1, 2)  # (B, A, m): channels first for Conv1d
         skips = []
         for level, down in zip(self.down, self.downsample):
-            h = level(h, c)
+            h = level(h, films)
             skips.append(h)
             h = down(h)
-        h = self.mid(self.down[-1](h, c), c)  # the deepest level continues through the middle, without a skip
+        h = self.mid(self.down[-1](h, films), films)  # the deepest level continues through the middle, no skip
         for level in self.up:
-            h = level(torch.cat([self.upsample(h), skips.pop()], dim=1), c)
+            h = level(torch.cat([self.upsample(h), skips.pop()], dim=1), films)
         return self.head(h).transpose(1, 2)
+
+    def forward(self, x: Tensor, t: Tensor, cond: Tensor) -> Tensor:
+        return self.forward_film(x, self.film(t, cond))

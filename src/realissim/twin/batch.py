@@ -47,7 +47,8 @@ class TwinBatch:
         self.config = config
         self.model = build_model(scene, config)
         self.layout = TwinLayout.from_model(self.model, scene.robot.joint_names, tuple(o.name for o in scene.objects))
-        self.batch = mujoco.batch.Batch(self.model, nsim=size, nthread=nthread)
+        # Sleeping needs one MjData per simulation (its sleep state is not in the state rows).
+        self.batch = mujoco.batch.Batch(self.model, nsim=size, nthread=nthread, persistent=config.sleep)
         self._time = self.batch.bind("time")
         self._qpos = self.batch.bind("qpos")
         self._qvel = self.batch.bind("qvel")
@@ -139,5 +140,7 @@ class TwinBatch:
         """Return exactly to a snapshot."""
         if snap.states.shape != self.batch.state.shape:
             raise ValueError(f"snapshot shape {snap.states.shape} != batch state {self.batch.state.shape}")
+        if self.config.sleep:
+            self.batch.reset()  # wakes every tree, as `TwinPhysics.restore`
         self.batch.state[:] = snap.states
         self.frame = snap.frame

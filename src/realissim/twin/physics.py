@@ -40,6 +40,13 @@ class PhysicsConfig:
     """Frames of good states the divergence guard keeps for inspection (0: none)."""
     max_speed: float = 50.0
     """A body moving faster than this (m/s or rad/s) counts as diverged."""
+    sleep: bool = False
+    """Let a resting object sleep (MuJoCo's island sleeping, `mjENBL_SLEEP`): an object slower than 1 mm/s for 10
+    physics steps is frozen where it is and costs no collision or constraint work (40 contacts on the table for
+    the T) until something touches it or a force is applied to it. An offline twin's physics step then costs
+    about a fifth while the object rests (docs/decisions.md, "Offline evaluation: resting objects sleep"). For
+    offline twins only: a placement that writes a sleeping object's pose is not seen by the engine, and the
+    online twin's object is placed by the correction's search (`Env` refuses it online)."""
 
     def __post_init__(self) -> None:
         if not self.fps > 0 or self.substeps < 1:
@@ -86,8 +93,11 @@ class Snapshot:
 
 
 def build_model(scene: SceneSpec, config: PhysicsConfig) -> mujoco.MjModel:
-    """Compile the MuJoCo model of `scene` with `config`'s timestep and gains."""
-    return mujoco.MjModel.from_xml_string(scene_to_mjcf(scene, config.mjcf_options()))
+    """Compile the MuJoCo model of `scene` with `config`'s timestep and gains (and sleeping, `config.sleep`)."""
+    model = mujoco.MjModel.from_xml_string(scene_to_mjcf(scene, config.mjcf_options()))
+    if config.sleep:
+        model.opt.enableflags |= mujoco.mjtEnableBit.mjENBL_SLEEP
+    return model
 
 
 def check_targets(layout: TwinLayout, q_des: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
@@ -249,9 +259,13 @@ class TwinPhysics:
         return Snapshot(self.frame, buf)
 
     def restore(self, snap: Snapshot) -> None:
-        """Return exactly to a snapshot; continuing from it reproduces the original run bit for bit."""
+        """Return exactly to a snapshot; continuing from it reproduces the original run bit for bit. With
+        `config.sleep`, every object is awake after it (a snapshot does not hold the sleep state), so a run in which
+        an object slept continues differently, by the object's creep at rest."""
         if snap.state.shape != (self._nstate,):
             raise ValueError(f"snapshot has {snap.state.shape} values, this model needs ({self._nstate},)")
+        if self.config.sleep:
+            mujoco.mj_resetData(self.model, self.data)  # wakes every tree: the engine would not see the new poses
         mujoco.mj_setState(self.model, self.data, snap.state, STATE_SPEC)
         mujoco.mj_kinematics(self.model, self.data)
         self.frame = snap.frame
