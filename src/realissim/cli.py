@@ -509,7 +509,7 @@ class EvalOffline:
     replan_every: float | None = None
     """Ask for a new chunk after this many seconds (None: when the chunk is used up, as the paper)."""
     sleep: bool = True
-    """Offline: a resting object sleeps until the pusher touches it (`EnvConfig.sleep`; about twice the speed)."""
+    """Offline: a resting object sleeps until the pusher touches it (`EnvConfig.sleep`; ~1.35× the speed)."""
     seed: int = 0
     """Seed of the policy's sampling noise."""
     threads: int = 1
