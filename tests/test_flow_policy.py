@@ -139,10 +139,13 @@ def test_sampling_with_the_film_terms_once_per_chunk_equals_the_network_step_by_
     reference = torch.from_numpy(np.asarray(observation.q_des, dtype=np.float32))
     noise = torch.randn(5, model.config.waypoints, model.action_dim, generator=g)
     with torch.inference_mode():
-        plain = euler_sample(net, noise, model.condition(tensors), 10)
+        plain, cond = noise, model.condition(tensors)
+        for k in range(10):  # Euler from t = 1 to 0, the network's own forward at every step
+            plain = plain - 0.1 * net(plain, torch.full((5,), 1.0 - k * 0.1), cond)
         expected = model.from_generated(model.action_norm.unnormalize(plain), reference)
         eager = model.sample(tensors, reference, noise, 10)
-        traced = model.sample(tensors, reference, noise, 10, policy._compiled(noise, tensors))
+        core = policy._compiled(noise[:2], {k: v[:2] for k, v in tensors.items()})  # traced at another batch size
+        traced = model.sample(tensors, reference, noise, 10, core)
     assert policy._traced is not None
     torch.testing.assert_close(eager, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(traced, expected, rtol=1e-5, atol=1e-5)

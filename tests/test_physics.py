@@ -164,6 +164,14 @@ def test_a_resting_object_sleeps_and_the_pusher_or_a_wrench_wakes_it(scene: Scen
             twin.apply_wrench(T_NAME, [2.0, 0.0, 0.0], np.zeros(3))
             twin.step()
             assert twin.data.qvel[twin.layout.object_dof[0][0]] > 0.01  # the wrench woke it
+            for _ in range(60):
+                twin.step()
+            assert twin.data.ncon == 0  # asleep again
+            x, body = twin.layout.object_qpos[0][0], twin.layout.object_bodies[0]
+            before = twin.data.xpos[body, 0]
+            twin.data.qpos[x] += 0.05  # a pose written to the sleeping T: seen at the next step
+            twin.step()
+            assert twin.data.ncon == 40 and abs(twin.data.xpos[body, 0] - before - 0.05) < 1e-4
     assert contacts[False] == 40 and contacts[True] == 0  # the resting T's contacts are not computed asleep
     assert not still[False]  # (awake, it creeps by float rounding)
     assert np.linalg.norm(ends[True] - ends[False]) < 0.01

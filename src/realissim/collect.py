@@ -228,7 +228,7 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
     report = CollectReport()
     wall0 = time.perf_counter()
     with open_world(task, config) as world:
-        env = Env(task, EnvConfig(), world)
+        env = Env(task, EnvConfig(sleep=False), world)  # demonstrations in the twin as it runs online
         meta = meta_for_env(env, "expert", gap_name(config.gap) if config.online else None, config.record_images)
         with DatasetWriter(config.out, meta) as writer:
             first = writer.next_index

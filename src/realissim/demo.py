@@ -66,7 +66,7 @@ def run_push_demo(
 ) -> dict[str, float | str]:
     """Simulate the scripted push offline; returns the report (and writes scene, model, states, report to `out`)."""
     scene = task.scene
-    env = Env(task, EnvConfig(runtime=replace(RuntimeConfig(), physics=physics)))
+    env = Env(task, EnvConfig(runtime=replace(RuntimeConfig(), physics=physics), sleep=physics.sleep))
     views = TwinViews(scene, env.runtime.twin.model) if cfg.render_every > 0 else None
     recorder = _PushRecorder(views, cfg.render_every)
     bar = ProgressBar(cfg.seconds, "simulating", progress)

@@ -44,7 +44,8 @@ class EnvConfig:
     sleep: bool = True
     """Offline (`Env` without a world, `BatchEnv`): a resting object sleeps (`PhysicsConfig.sleep`), frozen until the
     pusher touches it: offline evaluation of a policy runs ~1.35× as fast for the same success, the twins alone
-    ~1.9× (docs/decisions.md, "Offline evaluation: resting objects sleep"). Ignored online: the twin never sleeps."""
+    ~1.9× (docs/decisions.md, "Offline evaluation: resting objects sleep"). Ignored online: the twin never sleeps.
+    Collection and teleoperation turn it off: demonstrations are made in the twin as it runs online."""
     calibrate: Literal["first_reset", "every_reset", "never"] = "first_reset"
     """Online: when to fit the twin's appearance to the cameras (it needs twin and world in the same state)."""
     calibrate_at: Literal["goal", "start"] = "goal"
@@ -134,7 +135,7 @@ class Env:
         self.task, self.config, self.world = task, config, world
         if world is not None and config.runtime.physics.sleep:
             raise ValueError(
-                "physics.sleep: an online twin must not sleep (the correction's search places its objects)"
+                "physics.sleep: an online twin must not sleep (it is corrected every frame; validated offline)"
             )
         runtime = config.runtime if world is not None else offline_runtime(config)
         if config.real_images and world is None:

@@ -62,13 +62,15 @@ def flow_loss(
 
 
 def euler_times(steps: int) -> Tensor:
-    """The flow times (steps,) at which `steps` Euler steps from t = 1 to t = 0 evaluate the velocity: 1, 1 − 1/K, …"""
-    return 1.0 - torch.arange(steps, dtype=torch.float32) / steps
+    """The flow times (steps,) float64 at which `steps` Euler steps from t = 1 to t = 0 evaluate the velocity: 1 − k·dt
+    for k = 0 … K − 1, dt = 1/K."""
+    dt = 1.0 / steps
+    return torch.tensor([1.0 - k * dt for k in range(steps)], dtype=torch.float64)
 
 
 def euler_sample(velocity: VelocityField, noise: Tensor, cond: Tensor, steps: int) -> Tensor:
     """Chunks (B, m, A): `noise` (B, m, A) at t = 1 carried to t = 0 by `steps` Euler steps of −v(x, t | cond) dt."""
     x, dt = noise, 1.0 / steps
-    for t in euler_times(steps).to(x.dtype):
+    for t in euler_times(steps).to(x.dtype):  # (1 − k·dt in double, then rounded, as the steps always were)
         x = x - dt * velocity(x, t.expand(x.shape[0]), cond)
     return x

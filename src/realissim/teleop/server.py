@@ -123,7 +123,7 @@ class TeleopServer:
                 gap=config.gap, seed=config.seed, mode="realtime", camera_size=config.image_size
             )
             self.world = self._stack.enter_context(Surrogate(task.scene, surrogate))
-        self.env = Env(task, EnvConfig(), self.world)
+        self.env = Env(task, EnvConfig(sleep=False), self.world)  # as collected: the twin as it runs online
         meta = meta_for_env(self.env, SOURCE, gap_name(config), config.record_images)
         self.writer = self._stack.enter_context(DatasetWriter(config.out, meta))
         policy = TeleopPolicy(PusherIK(task.scene), config.chunk_frames * self.env.dt, config.tip_speed)

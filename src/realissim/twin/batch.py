@@ -141,6 +141,6 @@ class TwinBatch:
         if snap.states.shape != self.batch.state.shape:
             raise ValueError(f"snapshot shape {snap.states.shape} != batch state {self.batch.state.shape}")
         if self.config.sleep:
-            self.batch.reset()  # wakes every tree, as `TwinPhysics.restore`
+            self.batch.reset(stage=mujoco.mjtStage.mjSTAGE_NONE)  # every tree awake, as `TwinPhysics.restore`
         self.batch.state[:] = snap.states
         self.frame = snap.frame

@@ -43,10 +43,10 @@ class PhysicsConfig:
     sleep: bool = False
     """Let a resting object sleep (MuJoCo's island sleeping, `mjENBL_SLEEP`): an object slower than 1 mm/s for 10
     physics steps is frozen where it is and costs no collision or constraint work (40 contacts on the table for
-    the T) until something touches it or a force is applied to it. An offline twin's physics step then costs
-    about a fifth while the object rests (docs/decisions.md, "Offline evaluation: resting objects sleep"). For
-    offline twins only: a placement that writes a sleeping object's pose is not seen by the engine, and the
-    online twin's object is placed by the correction's search (`Env` refuses it online)."""
+    the T) until something touches it, a force is applied to it or its pose is written (the engine wakes it at
+    the next step). An offline twin's physics step then costs about a fifth while the object rests
+    (docs/decisions.md, "Offline evaluation: resting objects sleep"). For offline twins only: the online twin's
+    object is corrected every frame and sleeping was validated offline (`Env` refuses it online)."""
 
     def __post_init__(self) -> None:
         if not self.fps > 0 or self.substeps < 1:
@@ -265,7 +265,7 @@ class TwinPhysics:
         if snap.state.shape != (self._nstate,):
             raise ValueError(f"snapshot has {snap.state.shape} values, this model needs ({self._nstate},)")
         if self.config.sleep:
-            mujoco.mj_resetData(self.model, self.data)  # wakes every tree: the engine would not see the new poses
+            mujoco.mj_resetData(self.model, self.data)  # every tree awake: the same start however the run slept
         mujoco.mj_setState(self.model, self.data, snap.state, STATE_SPEC)
         mujoco.mj_kinematics(self.model, self.data)
         self.frame = snap.frame
