@@ -26,11 +26,10 @@ from realissim.policy.model import (
     FlowPolicyModel,
     ModelConfig,
     build_model,
-    film_forward,
     torch_settings,
 )
 from realissim.policy.observations import require_finite
-from realissim.policy.unet import ConditionalUNet1D
+from realissim.policy.unet import FilmForward
 from realissim.spec.codec import first_difference, from_dict
 from realissim.spec.errors import SpecError
 from realissim.spec.io import scene_from_dict, scene_to_dict
@@ -115,19 +114,6 @@ class TipSpeedLimit:
             out[rows, i] = target
             prev_q, prev_tip = target, tip
         return out
-
-
-class _FilmForward(torch.nn.Module):
-    """`model.film_forward` as a module's forward, for tracing."""
-
-    def __init__(self, net: ConditionalUNet1D) -> None:
-        super().__init__()
-        self.net = net
-
-    def forward(
-        self, x: torch.Tensor, cond_film: tuple[torch.Tensor, ...], time_film: tuple[torch.Tensor, ...]
-    ) -> torch.Tensor:
-        return film_forward(self.net)(x, cond_film, time_film)
 
 
 class FlowPolicy:
@@ -235,7 +221,7 @@ class FlowPolicy:
                 raise CheckpointError(f"{self.path}: incompatible scene: {where}")
 
     def _compiled(self, noise: torch.Tensor, inputs: dict[str, torch.Tensor]) -> FilmVelocity | None:
-        """The velocity network given its FiLM terms' two parts (`model.film_forward`), traced and frozen for
+        """The velocity network given its FiLM terms' two parts (`unet.FilmForward`), traced and frozen for
         inference (built once, on the first call; any batch size): the same numbers to float rounding, and about
         half the time of the module at batch 1 on this CPU, where the module's Python overhead dominates. None
         (the module itself) if tracing fails."""
@@ -248,7 +234,7 @@ class FlowPolicy:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", torch.jit.TracerWarning)
                     warnings.simplefilter("ignore", DeprecationWarning)
-                    traced = torch.jit.trace(_FilmForward(net).eval(), (noise, cond_film, time_film), check_trace=False)
+                    traced = torch.jit.trace(FilmForward(net).eval(), (noise, cond_film, time_film), check_trace=False)
                     self._traced = torch.jit.optimize_for_inference(torch.jit.freeze(traced))
             except Exception as err:  # tracing is an optimisation: fall back to the module
                 log.warning("%s: could not trace the velocity network (%s); using the module", self.path, err)

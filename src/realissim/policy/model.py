@@ -20,13 +20,13 @@ from realissim.policy.flow import FlowConfig, euler_times, flow_loss
 from realissim.policy.layers import Mish
 from realissim.policy.normalizer import Normalizer, NormMode
 from realissim.policy.observations import ObservationEncoder, ObsKind, StateEncoder, make_encoder, state_from_pose
-from realissim.policy.unet import ConditionalUNet1D, UNetConfig
+from realissim.policy.unet import ConditionalUNet1D, FilmForward, UNetConfig
 from realissim.policy.vision import VisionConfig
 from realissim.spec.scene import SceneSpec
 
 FilmVelocity = Callable[[Tensor, Sequence[Tensor], Sequence[Tensor]], Tensor]
 """The velocity network given the two parts of its FiLM terms: (x (B, m, A), the observation features' part
-(B, 2 C) per block, the flow time's part (1, 2 C) per block) → (B, m, A) (`film_forward`)."""
+(B, 2 C) per block, the flow time's part (1, 2 C) per block) → (B, m, A) (`unet.FilmForward`)."""
 
 
 @dataclass(frozen=True)
@@ -336,17 +336,11 @@ class FlowPolicyModel(nn.Module):
         k = steps or self.config.flow.steps
         times = euler_times(k).to(noise.dtype)
         cond_film, time_film = net.film_cond(self.condition(inputs)), net.film_time(times)
-        forward = core if core is not None else film_forward(net)
+        forward = core if core is not None else FilmForward(net)
         x, dt = noise, 1.0 / k
         for i in range(k):
             x = x - dt * forward(x, cond_film, tuple(f[i : i + 1] for f in time_film))
         return self.from_generated(self.action_norm.unnormalize(x), reference)
-
-
-def film_forward(net: ConditionalUNet1D) -> FilmVelocity:
-    """`net` given its FiLM terms' two parts: the observation features' (B, 2 C) and the flow time's (1, 2 C)
-    per block, summed."""
-    return lambda x, cond_film, time_film: net.forward_film(x, tuple(c + f for c, f in zip(cond_film, time_film)))
 
 
 def build_model(config: ModelConfig, scene: SceneSpec) -> FlowPolicyModel:

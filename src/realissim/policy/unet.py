@@ -77,15 +77,12 @@ class FiLMResBlock(nn.Module):
         self.film = nn.Sequential(Mish(), nn.Linear(cond_dim, 2 * c_out))
         self.skip = nn.Conv1d(c_in, c_out, 1) if c_in != c_out else nn.Identity()
 
-    def split_film(self, time_dim: int, time: Tensor | None, cond: Tensor | None) -> Tensor:
-        """The FiLM terms' part from the time features `time` (T, time_dim) alone (no bias), or from the observation
-        features `cond` (B, D − time_dim) alone (with the bias): Mish is elementwise, so `film([time, cond])` is
-        the sum of the two (to float rounding). Exactly one of them must be given."""
+    def film_part(self, features: Tensor, columns: slice, bias: bool) -> Tensor:
+        """The FiLM terms' part (N, 2 C_out) from some of the conditioning's features (N, ·), the Linear's input
+        `columns` they fill: Mish is elementwise, so `film([time, cond])` is the time features' part plus the
+        observation features' (with the bias), to float rounding."""
         linear = self.film[1]
-        if time is not None:
-            return functional.linear(self.film[0](time), linear.weight[:, :time_dim])
-        assert cond is not None
-        return functional.linear(self.film[0](cond), linear.weight[:, time_dim:], linear.bias)
+        return functional.linear(self.film[0](features), linear.weight[:, columns], linear.bias if bias else None)
 
     def forward(self, x: Tensor, film: Tensor) -> Tensor:
         scale, shift = film.unsqueeze(-1).chunk(2, dim=1)
@@ -148,12 +145,13 @@ class ConditionalUNet1D(nn.Module):
         """The observation features' part (B, 2 C) of each block's FiLM terms: computed once per chunk when
         sampling, since the features do not change between Euler steps. `film(t, cond)` is
         `film_cond(cond)` + `film_time(t)` to float rounding."""
-        return tuple(block.split_film(self.config.time_dim, None, cond) for block in self.blocks())
+        columns = slice(self.config.time_dim, None)
+        return tuple(block.film_part(cond, columns, bias=True) for block in self.blocks())
 
     def film_time(self, t: Tensor) -> tuple[Tensor, ...]:
         """The flow time's part (T, 2 C) of each block's FiLM terms for times t (T,) (see `film_cond`)."""
         time = self.time_mlp(time_embedding(t, self.config.time_dim))
-        return tuple(block.split_film(self.config.time_dim, time, None) for block in self.blocks())
+        return tuple(block.film_part(time, slice(None, self.config.time_dim), bias=False) for block in self.blocks())
 
     def forward_film(self, x: Tensor, film: Sequence[Tensor]) -> Tensor:
         """The velocity (B, m, A) of chunks x (B, m, A) given each block's FiLM terms (`film`, `blocks` order)."""
@@ -173,3 +171,15 @@ class ConditionalUNet1D(nn.Module):
 
     def forward(self, x: Tensor, t: Tensor, cond: Tensor) -> Tensor:
         return self.forward_film(x, self.film(t, cond))
+
+
+class FilmForward(nn.Module):
+    """`net` given its FiLM terms' two parts per block, summed: the observation features' (B, 2 C) and the flow
+    time's (1, 2 C) (`film_cond`, `film_time`) → the velocity (B, m, A). A module, so that it can be traced."""
+
+    def __init__(self, net: ConditionalUNet1D) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: Tensor, cond_film: tuple[Tensor, ...], time_film: tuple[Tensor, ...]) -> Tensor:
+        return self.net.forward_film(x, tuple(c + f for c, f in zip(cond_film, time_film)))
