@@ -6,8 +6,9 @@ searches the object's planar pose (x, y, yaw) globally: seeded by the colour sig
 position and, for yaw, by the four directions of the seen pixels' principal axes (an asymmetric object such
 as the T needs all four) plus a coarse sweep; each candidate is scored by render and compare (the object's
 Gaussians at the candidate pose, robot at the real arm's joints for occlusion, the ground, over one fixed
-window of every camera around the sighting; photometric loss after a least-squares exposure gain per
-camera and channel, as the correction does); the best candidates are refined coarse to fine by pattern
+window of every camera around the sighting; after a least-squares exposure gain per camera and channel, as the
+correction does, the loss compares each pixel's chromaticity, which shadows the twin does not render leave
+nearly unchanged); the best candidates are refined coarse to fine by pattern
 search (±step in x, y and yaw, steps halved per level). Everything is deterministic.
 
 `twin.placement.place_object` then moves the twin's object to the found pose.
@@ -63,25 +64,36 @@ class SearchConfig:
     its hue are left out of the renders: the colour fit turns some edge Gaussians cyan or grey to cancel their
     neighbours' bleed at the calibration pose, which is wrong once the object has turned (PushT, 20 searches:
     mean position error 6.3 → 5.3 mm, worst yaw error 5.5° → 3.0°)."""
+    compare: Literal["chromaticity", "intensity"] = "chromaticity"
+    """What the score compares, pixel by pixel, after the exposure gain: "chromaticity" each pixel's colour divided
+    by its brightness (r, g, b) / (r + g + b + `chroma_floor`), which a shadow or a shading the twin does not
+    render leaves nearly unchanged (the twin renders no shadows; its ground keeps the colours fitted at
+    calibration, the arm's shadow of that moment included); "intensity" the colours themselves.
+    PushT, 6 searches under the held arm's shadow (sweep profile 05): intensity 28 mm, 112° off; chromaticity
+    2.5 mm, 1.2°."""
+    chroma_floor: float = 0.2
+    """Added to a pixel's brightness (r + g + b, 0–3) before dividing: dark pixels, whose colour is mostly noise,
+    weigh less (0.05: 3.4 mm, 1.6° on the 6 searches above)."""
     loss: Literal["l2", "l1", "huber"] = "huber"
     """Photometric loss of the score, per pixel and channel, averaged over the window."""
     huber_delta: float = 0.1
-    """Huber's δ (intensity units, 1 = full scale): the ground's texture residuals stay quadratic, the object's
-    (≈ 0.4) turn linear. PushT, 20 searches, mean / worst position error, worst yaw error, worst score over the
-    twin's: L2 5.8 / 10.2 mm, 5.5°, 0.38; δ 0.01 (the correction's) 5.2 / 9.5 mm, 3.0°, 0.68; δ 0.1 5.3 / 9.7 mm,
-    3.0°, 0.53."""
+    """Huber's δ (in the compared units; intensity: 1 = full scale): the ground's texture residuals stay quadratic,
+    the object's (≈ 0.4) turn linear. Chosen comparing intensity: PushT, 20 searches, mean / worst position
+    error, worst yaw error, worst score over the twin's: L2 5.8 / 10.2 mm, 5.5°, 0.38; δ 0.01 (the correction's)
+    5.2 / 9.5 mm, 3.0°, 0.68; δ 0.1 5.3 / 9.7 mm, 3.0°, 0.53."""
     min_explained: float = 0.05
     """The found pose must lower the window's loss at least by this fraction of the loss with the object absent
-    (rendered nowhere), or the search reports that it found nothing reliable. PushT: ≥ 0.31 when found with the
-    default gap; 0.08 when found right (5–10 mm) under shadows the twin does not render, which fill the window
-    with loss nothing explains (0.15 held the arm for 12 s there); −1.2 for a T "seen" in the table."""
+    (rendered nowhere), or the search reports that it found nothing reliable. PushT, comparing chromaticity:
+    0.47–0.54 when found with the default gap, 0.31–0.32 found right (2–4 mm) in the arm's shadow (profile 05),
+    0.30–0.39 under a synthetic shadow over half the images. Comparing intensity: ≥ 0.31, 0.08 under shadows
+    (0.15 held the arm for 12 s there), −1.2 for a T "seen" in the table."""
     sighting: SightingConfig = field(default_factory=SightingConfig)
     """The colour sighting that seeds the search (when `ObjectSearch` builds its own)."""
 
     def __post_init__(self) -> None:
         if self.yaw_sweep < 1 or self.keep < 1 or self.levels < 1 or self.max_moves < 1:
             raise ValueError("yaw_sweep, keep, levels, max_moves: must be ≥ 1")
-        for name in ("step_xy", "step_yaw", "huber_delta"):
+        for name in ("step_xy", "step_yaw", "huber_delta", "chroma_floor"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
         if not 0 <= self.min_hue < 1:
@@ -254,7 +266,8 @@ class _Scorer:
         self._fixed = [t[touching].cpu().numpy() for t in fixed]
         target = torch.as_tensor(np.asarray(images) if not isinstance(images, Tensor) else images)
         target = target.to(torch.float32) / 255.0 if target.dtype == torch.uint8 else target.to(torch.float32)
-        self._target = self.window.cut(target.cpu()).numpy()
+        self._seen = self.window.cut(target.cpu()).numpy()
+        self._target = self._compared(self._seen)
 
     def __call__(self, p: tuple[float, float, float]) -> float:
         """Loss with the object flat at x, y (m), yaw (rad) and the current height."""
@@ -280,12 +293,18 @@ class _Scorer:
                 *tensors, win.Ks, views.X_WCs, win.width, win.height, views.background, views.backend,
                 static=win.static_layer,
             )  # fmt: skip
-        r, t = rgb.cpu().numpy(), self._target
+        r, t = rgb.cpu().numpy(), self._seen
         gain = (r * t).sum(axis=(1, 2)) / np.maximum((r * r).sum(axis=(1, 2)), 1e-9)
-        fitted = torch.from_numpy(r * gain[:, None, None])
-        loss = photometric_loss(fitted, torch.from_numpy(t), cfg.loss, cfg.huber_delta)
+        fitted = torch.from_numpy(self._compared(r * gain[:, None, None]))
+        loss = photometric_loss(fitted, torch.from_numpy(self._target), cfg.loss, cfg.huber_delta)
         self.renders += 1
         return float(loss)
+
+    def _compared(self, rgb: np.ndarray) -> np.ndarray:
+        """What the score compares of images (..., 3) in [0, 1] (`SearchConfig.compare`)."""
+        if self.config.compare == "intensity":
+            return rgb
+        return rgb / (rgb.sum(axis=-1, keepdims=True) + self.config.chroma_floor)
 
 
 def _search_window(
