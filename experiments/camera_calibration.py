@@ -31,6 +31,7 @@ from realissim.real.surrogate.gap import DEFAULT_GAP_PATH
 from realissim.real.surrogate.model import surrogate_cameras
 from realissim.runtime.loop import RuntimeConfig
 from realissim.tasks import make
+from realissim.twin.board_calibration import BoardCalibrationConfig
 
 log = logging.getLogger("camera_calibration")
 
@@ -70,6 +71,8 @@ class Args:
     """Calibrate from the surrogate's dot board (`RuntimeConfig.board_calibration`); False: photometrically."""
     seed: int = 100
     """Seed of the calibration pose (the task's sampler; 100 is static_bias.py's first pose)."""
+    shift_search: float = BoardCalibrationConfig().shift_search
+    """`BoardCalibrationConfig.shift_search`, px (0: the fit starts from the told cameras, as before stop 40)."""
     json: Path | None = None
 
 
@@ -83,7 +86,7 @@ def main(args: Args) -> dict:
         )
     told, true = surrogate_cameras(task.scene, gap, args.size)
     to_size = SIZE[0] / args.size[0]  # reported pixels are SIZE's
-    runtime = RuntimeConfig(board_calibration=args.board)
+    runtime = RuntimeConfig(board_calibration=args.board, board=BoardCalibrationConfig(shift_search=args.shift_search))
     points = table_grid()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "gap.json"
@@ -105,7 +108,7 @@ def main(args: Args) -> dict:
                     f"{stage}_mm_mean": float(mm.mean()), f"{stage}_mm_max": float(mm.max())}  # fmt: skip
         rows.append(row)
     summary = {"gap": str(args.gap or "default"), "pixel_samples": args.pixel_samples, "seed": args.seed,
-               "board": args.board,
+               "board": args.board, "shift_search": args.shift_search,
                "size": list(args.size),
                "told_px_mean": float(np.mean([r["told_px_mean"] for r in rows])),
                "calibrated_px_mean": float(np.mean([r["calibrated_px_mean"] for r in rows])), "rows": rows}  # fmt: skip

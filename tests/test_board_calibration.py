@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from realissim.eval.sync.sweep import SWEEP_SEED, sweep_profile
 from realissim.geometry import project_points
 from realissim.real.surrogate import Surrogate, SurrogateConfig
 from realissim.real.surrogate.gap import GapProfile
@@ -19,7 +20,8 @@ from realissim.spec.board import DotBoard
 from realissim.spec.errors import SpecError
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
-from realissim.twin.board_calibration import calibrate_from_board, fit_camera_to_board
+from realissim.tasks.pusht import PushTTask
+from realissim.twin.board_calibration import BoardCalibrationConfig, calibrate_from_board, fit_camera_to_board
 from realissim.twin.physics import TwinPhysics
 from realissim.twin.state import rest_state
 from realissim.twin.views import TwinViews
@@ -113,6 +115,33 @@ def test_the_board_fit_finds_the_true_cameras_within_a_fraction_of_a_pixel(
         before = reprojection_px(told.K_array, told.X_WC_array, true.K_array, true.X_WC_array)
         after = reprojection_px(Ks[c], Xs[c], true.K_array, true.X_WC_array)
         assert before > 0.8 and after < 0.35, (told.name, before, after)
+
+
+def test_a_camera_told_two_pixels_off_is_found_by_the_shift_search(scene: SceneSpec) -> None:
+    """Sweep profile 03's front camera is told ~1.8 px (21 mm on the table) from the true one: from the contact
+    scenario's first start, the fit from the told camera alone falls into the dots' gaps (white and black swapped)
+    and is refused; the shift search before it starts the fit in the right basin."""
+    first = PushTTask().sample_start(np.random.default_rng(0))
+    with SurrogateWorld(scene, sweep_profile(SWEEP_SEED, 3), camera_size=SMALL) as w:
+        w.reset(first)
+        w.show_board(True)
+        images = np.stack([f.image for f in w.render_cameras()])
+        told, true = w.told_cameras, w.true_cameras
+    assert told[0].name == "front"
+    assert reprojection_px(told[0].K_array, told[0].X_WC_array, true[0].K_array, true[0].X_WC_array) > 1.5
+    twin = TwinPhysics(scene)
+    twin.reset(rest_state(first))
+    for shift in (0.0, BoardCalibrationConfig().shift_search):
+        views = TwinViews(scene, twin.model, cameras=told)
+        config = BoardCalibrationConfig(shift_search=shift)
+        fits = calibrate_from_board(views, DotBoard(), twin.data.xpos, twin.data.xquat, images, config)
+        Ks, Xs = views.Ks.double().numpy(), views.X_WCs.double().numpy()
+        errors = [reprojection_px(Ks[c], Xs[c], t.K_array, t.X_WC_array) for c, t in enumerate(true)]
+        if shift == 0.0:
+            assert not fits[0].used and "white − black" in fits[0].reason
+        else:
+            assert all(f.used for f in fits), [f.reason for f in fits]
+            assert max(errors) < 0.35, errors
 
 
 def test_a_camera_that_does_not_see_the_board_keeps_its_calibration(world: SurrogateWorld) -> None:

@@ -52,6 +52,13 @@ class BoardCalibrationConfig:
 
     softness: tuple[float, ...] = (1.0, 0.5, 0.25)
     """Edge widths of the dots' image model, px, fitted in turn (coarse to fine: a wide basin first)."""
+    shift_search: float = 4.0
+    """Before the fit, the told camera's image is searched for the best-matching shift of the dots within ± this
+    many px (the principal point moved; 0: no search), and the fit starts there. The fit's basin is about half a
+    dot spacing: at 160 × 90 a camera told ~1.8 px off fell into the dots' gaps (white and black swapped) and kept
+    its told calibration (sweep profile 03's front camera)."""
+    shift_step: float = 0.5
+    """Step of that search, px."""
     guard: int = 1
     """Pixels kept clear around the board's edge and around anything the twin knows is in front of it."""
     min_dots: int = 6
@@ -202,6 +209,26 @@ def _solve(model: _BoardImage, target: Tensor, prior_w: Tensor, x0: np.ndarray, 
     return least_squares(fun, x0, jac=jac, loss="soft_l1", f_scale=f_scale, max_nfev=50, x_scale="jac")
 
 
+def _best_shift(model: _BoardImage, target: Tensor, half: float, step: float, softness: float) -> np.ndarray:
+    """The principal-point offset (2,) px within ±`half` (grid of `step`) whose dot coverage correlates best with
+    the darkness of the selected pixels' gray levels `target` (N,): where the dots lie in the image, as a start
+    for the fit. Ties go to the offset nearest the told camera."""
+    offsets = np.arange(-half, half + 1e-9, step)
+    dark = target.mean() - target
+    dark = dark / dark.norm().clamp_min(1e-12)
+    theta = torch.zeros(N_CAMERA, dtype=torch.float64)
+    best, best_score = np.zeros(2), -math.inf
+    with torch.no_grad():
+        for du, dv in sorted(((a, b) for a in offsets for b in offsets), key=lambda o: o[0] ** 2 + o[1] ** 2):
+            theta[N_CAMERA - 2], theta[N_CAMERA - 1] = du, dv
+            cov = model.coverage(theta, softness)
+            cov = cov - cov.mean()
+            score = float((cov * dark).sum() / cov.norm().clamp_min(1e-12))
+            if score > best_score + 1e-9:
+                best, best_score = np.array([du, dv]), score
+    return best
+
+
 def fit_camera_to_board(
     board: DotBoard,
     K: np.ndarray,
@@ -249,6 +276,9 @@ def fit_camera_to_board(
                      + [config.prior_focal] + [config.prior_principal] * 2)  # fmt: skip
     prior_w = torch.as_tensor(config.noise / sigma)
 
+    if config.shift_search > 0:
+        x[N_CAMERA - 2 : N_CAMERA] = _best_shift(model, target, config.shift_search, config.shift_step,
+                                                 config.softness[0])  # fmt: skip
     result = None
     for softness in config.softness:
         result = _solve(model, target, prior_w, x, softness, 3 * config.noise)
