@@ -89,6 +89,9 @@ class Replay:
     """Replay every n-th recorded search."""
     compare: tuple[Literal["intensity", "chromaticity"], ...] = ("intensity", "chromaticity")
     """`SearchConfig.compare` settings to replay."""
+    shadows: tuple[bool, ...] = (True,)
+    """Replay with the twin rendering the shadow it fitted at calibration (True) and/or without it (False; the
+    colours stay those fitted with it). Without a fitted shadow both are the same."""
     search: SearchConfig = field(default_factory=SearchConfig)
     """The other search settings."""
 
@@ -119,17 +122,22 @@ def replay(args: Replay) -> dict[str, dict[str, float]]:
     with open(args.file, "rb") as f:
         saved = pickle.load(f)
     frames, old = saved["frames"][:: args.every], saved["search"]
-    searches = {c: ObjectSearch(old.views, old.sighting.model, dataclasses.replace(args.search, compare=c),
-                                old.sighting) for c in args.compare}  # fmt: skip
-    rows: dict[str, list[tuple[float, ...]]] = {c: [] for c in args.compare}
+    light = old.views.shadow.light if old.views.shadow is not None else None
+    settings = [(c, s) for c in args.compare for s in args.shadows]
+    name = {(c, s): c + ("" if light is None else (", shadow" if s else ", no shadow")) for c, s in settings}
+    searches = {key: ObjectSearch(old.views, old.sighting.model, dataclasses.replace(args.search, compare=key[0]),
+                                  old.sighting) for key in settings}  # fmt: skip
+    rows: dict[str, list[tuple[float, ...]]] = {name[key]: [] for key in settings}
     for frame in frames:
         xpos, xquat = old.sighting.poses(frame["qpos"], saved["robot_qpos"], frame["q_real"])
-        for compare, search in searches.items():
+        for key, search in searches.items():
+            old.views.set_shadow(light if key[1] else None)
+            old.views.cast_shadows(xpos, xquat)  # as the correction does before the runtime searches
             found = search.search_poses(xpos, xquat, frame["images"], frame["object"])
             pos = 1e3 * float(np.linalg.norm(found.pos[:2] - frame["truth_pos"][:2]))
             yaw = math.degrees(abs(math.remainder(found.yaw - float(quat_yaw(frame["truth_quat"])), 2 * math.pi)))
             explained = 1.0 - found.score / found.empty_score
-            rows[compare].append((pos, yaw, explained, float(found.found), 1e3 * found.seconds, found.renders))
+            rows[name[key]].append((pos, yaw, explained, float(found.found), 1e3 * found.seconds, found.renders))
     out = {}
     print(f"{len(frames)} searches of {args.file}")
     print("| compare | position error median / max (mm) | yaw median / max (deg) | explained | found | ms | renders |")

@@ -124,11 +124,19 @@ def test_splat_and_colour_kernels_match_their_references() -> None:
     refs = np.array([[0.64, 0.2], [0.3, 0.45]])
     label = rng.integers(0, 3, n).astype(np.int32)  # objects 0, 1 and the robot (2)
     seen, exp = np.empty(winner.shape, np.int8), np.empty(winner.shape, np.int8)
-    _classify_kernel(images, refs, 0.1**2, 60.0, winner, label, seen, exp)
+    owner = np.array([0, 1], dtype=np.int32)
+    _classify_kernel(images, refs, owner, 2, 0.1**2, 60.0, winner, label, seen, exp)
     ref_seen, ref_exp = classify_reference(images, refs, 0.1**2, 60.0, winner, label)
     assert (seen == 0).sum() > 20 and (seen == 1).sum() > 5 and (exp == 1).sum() > 20
     np.testing.assert_array_equal(seen, ref_seen)
     np.testing.assert_array_equal(exp, ref_exp)
+    zeros = int((seen == 0).sum())
+    # A second reference for object 0 (its colour in shadow) claims more pixels, all for object 0.
+    refs2, owner2 = np.concatenate([refs, [[0.45, 0.3]]]), np.array([0, 1, 0], dtype=np.int32)
+    _classify_kernel(images, refs2, owner2, 2, 0.1**2, 60.0, winner, label, seen, exp)
+    ref_seen, _ = classify_reference(images, refs2, 0.1**2, 60.0, winner, label, owner2)
+    np.testing.assert_array_equal(seen, ref_seen)
+    assert set(np.unique(seen)) <= {-1, 0, 1} and int((seen == 0).sum()) > zeros
 
 
 @pytest.mark.parametrize("seed", range(4))

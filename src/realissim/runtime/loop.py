@@ -32,6 +32,7 @@ from realissim.twin.correction import CorrectionConfig, CorrectionResult, Visual
 from realissim.twin.physics import PhysicsConfig, TwinPhysics, check_targets
 from realissim.twin.placement import Placement, PlacementConfig, place_object
 from realissim.twin.reacquire import ObjectSearch, SearchConfig, SearchResult
+from realissim.twin.shadows import ShadowFitConfig
 from realissim.twin.sighting import ObjectSighting, Sighting, SightingConfig
 from realissim.twin.state import TwinState, rest_state
 from realissim.twin.views import TwinViews
@@ -58,6 +59,9 @@ class RuntimeConfig:
     fit_colors: bool = True
     """Calibration fits the twin's Gaussian colours to the real cameras' images."""
     color_fit: ColorFitConfig = field(default_factory=ColorFitConfig)
+    shadows: ShadowFitConfig = field(default_factory=ShadowFitConfig)
+    """Calibration looks for the key light's shadow in the images (`realissim.twin.shadows`); where there is one,
+    the twin renders it from then on: the arm's shadow on the table and on the objects, every corrected frame."""
     board_calibration: bool = True
     """Where the world can lay a calibration board on the table (`RealWorld.calibration_board`), calibration
     first finds every camera's pose and intrinsics from images of it (`realissim.twin.board_calibration`):
@@ -279,12 +283,16 @@ class Runtime:
             self.board_fits = calibrate_from_board(views, board, xpos, xquat, board_images, self.config.board)
             unseen = [c for c, fit in enumerate(self.board_fits) if not fit.used]
         images = torch.from_numpy(np.stack([cam.read().image for cam in self.world.cameras]))[None]
+        views.set_shadow(None)
+        if self.config.shadows.enabled:
+            views.fit_shadow(xpos, xquat, images[0], self.config.shadows)
         if self.config.fit_colors:
             fit_colors(views, xpos, xquat, images, self.config.color_fit)
         if self.config.refine_cameras and unseen:
             refine_cameras(views, xpos, xquat, images[0], self.config.camera_refine, only=unseen)
             if self.config.fit_colors:
                 fit_colors(views, xpos, xquat, images, self.config.color_fit)
+        views.cast_shadows(xpos, xquat)
         if self.sighting is not None and self.detector is not None:
             # How far the sighting puts the objects from where they are known to be: its own error here (shade,
             # shadows, the cameras' remaining calibration error), which the detector's thresholds allow for.

@@ -12,6 +12,7 @@ shrink with the gradient), and a moved object uncovers a ghost of itself.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,6 +73,17 @@ def fit_colors(
     g = views.moving(xpos, xquat)
     n_moving = len(g)
     cat = [torch.cat([a, b]).detach() for a, b in zip(g.args(), views.static.args())]
+    shade = torch.ones(len(cat[0]), 3)
+    if views.shadow is not None:
+        # Fit the colours in the light: the objects' Gaussians are rendered shaded by the shadow on them, and the
+        # table's pixels in the shadow are brightened to what they would be lit (the table's Gaussians are coarser
+        # than a shadow's edge).
+        cat[3] = torch.cat([views.local.colors, views.static.colors]).detach()
+        shade[:n_moving] = views.shadow.object_factors(xpos, xquat)
+        with torch.no_grad():
+            _, in_front, _ = rasterize(*g.args(), views.Ks, views.X_WCs, views.width, views.height, None, views.backend)
+        target = unshadow_table(target, views, xpos, xquat, in_front < 0.5)
+    shade = shade.to(cat[3])
     logits = _logit(cat[3]).requires_grad_()
     bg = _logit(views.background.expand(len(views.cameras), 3).clone()).requires_grad_()
     optimiser = torch.optim.Adam([logits, bg], lr=config.lr)
@@ -89,7 +101,7 @@ def fit_colors(
     pairs = _face_pairs(views, config.neighbours, config.smooth_edges) if config.smooth > 0 else None
     losses = []
     for _ in range(config.steps + 1):
-        colors = torch.sigmoid(logits)
+        colors = torch.sigmoid(logits) * shade
         rgb, _, _ = rasterize(
             cat[0], cat[1], cat[2], colors, cat[4], views.Ks, views.X_WCs, views.width, views.height,
             torch.sigmoid(bg), views.backend,
@@ -113,6 +125,25 @@ def fit_colors(
     views.set_colors(fitted[:n_moving], fitted[n_moving:], torch.sigmoid(bg).detach())
     log.info("fitted colours: photometric L2 %.5f → %.5f", losses[0], losses[-1])
     return losses[0], losses[-1]
+
+
+def unshadow_table(target: Tensor, views: TwinViews, xpos: np.ndarray, xquat: np.ndarray, table: Tensor) -> Tensor:
+    """Images (C,H,W,3) in [0, 1] with the table's pixels in the shadow of `views.shadow` (cast at body poses xpos,
+    xquat) brightened to what they would be lit: divided by the light's attenuation. A pixel counts as shadowed
+    where the modelled shadow covers it (> 0.3) *and* it is darker than the geometric mean of the lit and the
+    shadowed table's brightness: the modelled shadow's edge is softer than the real one's, and brightening a lit
+    pixel by ~3× would paint a bright halo around every shadow. `table` (C,H,W) bool: pixels that see the table."""
+    assert views.shadow is not None
+    light = views.shadow.light
+    cover = views.shadow.table(xpos, xquat, views.Ks, views.X_WCs, views.width, views.height, views.backend)
+    luminance = target.mean(dim=-1)
+    lit_pixels = table & (cover < 0.02)
+    if not bool(lit_pixels.any()):
+        return target
+    threshold = float(luminance[lit_pixels].median()) / math.sqrt(max(light.contrast, 1.0))
+    shadowed = table & (cover > 0.3) & (luminance < threshold)
+    attenuation = torch.as_tensor(light.attenuation, dtype=target.dtype)
+    return torch.where(shadowed[..., None], (target / attenuation).clamp(0.0, 1.0), target)
 
 
 def _coverage(cat: list[Tensor], views: TwinViews) -> Tensor:

@@ -56,6 +56,16 @@ class CorrectionConfig:
     huber_delta: float = 0.01
     """Where the Huber loss turns from quadratic to linear (intensity units, 1 = full scale); about the
     cameras' noise level (the default gap's σ is 2/255)."""
+    shadow_compare: Literal["intensity", "chromaticity"] = "chromaticity"
+    """What the loss compares while the twin renders a key light's shadow (`TwinViews.shadow`, found at
+    calibration): "chromaticity" each pixel's colour over its brightness, (r, g, b) / (r + g + b + `chroma_floor`),
+    as the search does; "intensity" the colours. Without a shadow the loss always compares intensity. An object
+    in the arm's shadow is dark on a dark table: measured on sweep profile 05 with the shadow rendered, comparing
+    intensity the pull held the re-placed T 25 mm off the real one, its loss no higher there than at the truth
+    (docs/decisions.md, "The twin renders the arm's shadow")."""
+    chroma_floor: float = 0.2
+    """With `shadow_compare` "chromaticity": added to the brightness sum (intensity units), so that dark pixels'
+    chromaticity, mostly noise, weighs less."""
     blur: float = 0.0
     """σ of a Gaussian blur, px, applied alike to the render and the real window before the loss (0: none). Real
     cameras that point-sample hard edges alias them; the blur takes the staircase out of both images."""
@@ -254,6 +264,7 @@ class VisualCorrection:
         expected = (len(views.cameras), views.height, views.width, 3)
         if tuple(target.shape) != expected:
             raise ValueError(f"images: expected shape {expected}, got {tuple(target.shape)}")
+        views.cast_shadows(xpos, xquat)  # the arm's shadow where the real arm is (no-op without a shadow light)
         g = views.moving(xpos, xquat)
         fixed = Gaussians(*(t[self._rest] for t in g.args()))
         if views.static_layer is None:  # gsplat: the ground is rasterised with everything else
@@ -304,7 +315,13 @@ class VisualCorrection:
         losses = []
         clock = time.perf_counter
         gain = None
-        seen = blur_images(target, cfg.blur)
+        chroma = views.shadow is not None and cfg.shadow_compare == "chromaticity"
+        floor = cfg.chroma_floor
+
+        def compared(images: Tensor) -> Tensor:
+            return images / (images.sum(dim=-1, keepdim=True) + floor) if chroma else images
+
+        seen = compared(blur_images(target, cfg.blur))
         for _ in range(cfg.iterations):
             t0 = clock()
             args = [torch.cat([a, b]) for a, b in zip(objects(), fixed.args())]
@@ -317,7 +334,7 @@ class VisualCorrection:
                     r = rgb.detach()
                     gain = ((r * target).sum(dim=(1, 2)) / (r * r).sum(dim=(1, 2)).clamp_min(1e-9))[:, None, None]
                 rgb = rgb * gain
-            loss = photometric_loss(blur_images(rgb, cfg.blur), seen, cfg.loss, cfg.huber_delta)
+            loss = photometric_loss(compared(blur_images(rgb, cfg.blur)), seen, cfg.loss, cfg.huber_delta)
             losses.append(float(loss.detach()))
             t1 = clock()
             optimiser.zero_grad()

@@ -174,7 +174,14 @@ class Sighting:
         seen = np.empty(shape[:3], dtype=np.int8)
         expected = np.empty(shape[:3], dtype=np.int8)
         tol2, floor = cfg.color_tolerance**2, 3.0 * 255.0 * cfg.min_brightness
-        _classify_kernel(img, refs, tol2, floor, winner, self._label, seen, expected)
+        k = len(self.object_bodies)
+        owner = np.arange(k, dtype=np.int32)
+        if views.shadow is not None:
+            # An object in the arm's shadow is lit by the fill and ambient light only: its colour is shifted too.
+            shaded = views.local.colors.double().cpu().numpy() * np.asarray(views.shadow.light.attenuation)
+            refs = np.ascontiguousarray(np.concatenate([refs, reference_chromaticity(shaded, self._label, k)]))
+            owner = np.concatenate([owner, owner])
+        _classify_kernel(img, refs, owner, k, tol2, floor, winner, self._label, seen, expected)
         return [self._sighting(k, pos[b], seen, expected, rays, origins) for k, b in enumerate(self.object_bodies)]
 
     def _sighting(
@@ -317,12 +324,13 @@ def _splat_kernel(local, body, radius, rot, pos, Ks, X_CW, near, winner, depth):
 
 
 @njit(cache=True)
-def _classify_kernel(images, refs, tol2, min_sum, winner, label, seen, expected):  # pragma: no cover - numba
+def _classify_kernel(images, refs, owner, n_objects, tol2, min_sum, winner, label, seen, expected):  # pragma: no cover
     """Per pixel: `expected` = the object index of the winning splatted Gaussian (−1: none or the robot's);
-    `seen` = the object whose reference chromaticity is nearest the image's (within tol2, brightness sum
-    ≥ min_sum, pixel not covered by the robot), else −1 (the first object on ties)."""
+    `seen` = the object `owner[r]` of the reference chromaticity r nearest the image's (within tol2, brightness
+    sum ≥ min_sum, pixel not covered by the robot), else −1 (the first reference on ties). Label `n_objects` is
+    the robot's."""
     n_cam, height, width = winner.shape
-    robot = refs.shape[0]
+    robot = n_objects
     for c in range(n_cam):
         for j in range(height):
             for i in range(width):
@@ -337,11 +345,11 @@ def _classify_kernel(images, refs, tol2, min_sum, winner, label, seen, expected)
                 if s < min_sum:
                     continue
                 best = tol2
-                for k in range(robot):
+                for k in range(refs.shape[0]):
                     dr, dg = r / s - refs[k, 0], gg / s - refs[k, 1]
                     if dr * dr + dg * dg < best:
                         best = dr * dr + dg * dg
-                        seen[c, j, i] = k
+                        seen[c, j, i] = owner[k]
 
 
 def splat_reference(
@@ -373,15 +381,23 @@ def splat_reference(
 
 
 def classify_reference(
-    images: np.ndarray, refs: np.ndarray, tol2: float, min_sum: float, winner: np.ndarray, label: np.ndarray
+    images: np.ndarray,
+    refs: np.ndarray,
+    tol2: float,
+    min_sum: float,
+    winner: np.ndarray,
+    label: np.ndarray,
+    owner: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The colour test's definition (vectorised; for tests): seen and expected (C,H,W) int8 as the kernel."""
-    robot = len(refs)
+    """The colour test's definition (vectorised; for tests): seen and expected (C,H,W) int8 as the kernel, with
+    references `refs` (R,2) of objects `owner` (R,) (default: reference k is object k's)."""
+    owner = np.arange(len(refs)) if owner is None else np.asarray(owner)
+    robot = int(owner.max()) + 1
     lab = np.where(winner >= 0, label[np.maximum(winner, 0)], -1)
     img = images.astype(np.float64)
     s = img.sum(axis=-1)
     d2 = ((img[..., None, :2] / np.maximum(s, 1e-12)[..., None, None] - refs) ** 2).sum(axis=-1)
-    seen = np.where(d2.min(axis=-1) < tol2, d2.argmin(axis=-1), -1)
+    seen = np.where(d2.min(axis=-1) < tol2, owner[d2.argmin(axis=-1)], -1)
     seen = np.where((s >= min_sum) & (lab != robot), seen, -1)
     expected = np.where(lab < robot, lab, -1)
     return seen.astype(np.int8), expected.astype(np.int8)

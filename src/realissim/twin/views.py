@@ -22,6 +22,7 @@ from realissim.render import Backend, StaticLayer, rasterize, render_static, res
 from realissim.render.gaussians import Gaussians, place
 from realissim.spec.scene import CameraSpec, SceneSpec
 from realissim.twin.appearance import SceneAppearance
+from realissim.twin.shadows import ShadowCaster, ShadowFitConfig, ShadowLight, fit_shadow_light
 
 DEFAULT_BACKGROUND = (0.12, 0.12, 0.14)
 """RGB behind everything (beyond the table)."""
@@ -100,14 +101,57 @@ class TwinViews:
         rest = self.appearance.world(np.zeros((model.nbody, 3)), _identity(model.nbody), subset=self.appearance.static)
         self.static = Gaussians(*(t.to(self.device) for t in Gaussians.from_arrays(rest).args()))
         self.static_layer: StaticLayer | None = None
-        """The ground pre-rendered into every camera (None on the gsplat backend: rendered each frame)."""
+        """The ground pre-rendered into every camera (None on the gsplat backend: rendered each frame), shaded by
+        the last `cast_shadows` where a shadow light is set."""
+        self._lit_layer: StaticLayer | None = None
+        """The ground layer without shadows."""
+        self.shadow: ShadowCaster | None = None
+        """The key light's shadows (`set_shadow`; None: none rendered)."""
         self._render_static_layer()
 
     def _render_static_layer(self) -> None:
         if self.backend != "gsplat":
-            self.static_layer = render_static(
+            self._lit_layer = render_static(
                 *self.static.args(), self.Ks, self.X_WCs, self.width, self.height, self.backend
             )
+            self.static_layer = self._lit_layer
+
+    def set_shadow(self, light: ShadowLight | None) -> None:
+        """Render `light`'s shadows from now on (None: none): on the objects' Gaussians in `moving`, and on the
+        ground from the next `cast_shadows`. On the gsplat backend (no ground layer) only the objects are shaded."""
+        self.shadow = None if light is None else ShadowCaster(self.local, self.body_index, self.object_mask, light)
+        self.static_layer = self._lit_layer
+
+    def fit_shadow(
+        self, xpos: np.ndarray, xquat: np.ndarray, images: Tensor, config: ShadowFitConfig = ShadowFitConfig()
+    ) -> ShadowLight | None:
+        """Fit the key light's shadow to real images (C,H,W,3) (uint8 or float in [0, 1]) of the moving bodies at
+        poses xpos (nbody,3) m, xquat (nbody,4) wxyz (`fit_shadow_light`, over the pixels where the ground is in
+        view with nothing in front of it) and render it from now on (`set_shadow`; None: no shadow found)."""
+        self.set_shadow(None)
+        geometry = ShadowCaster(self.local, self.body_index, self.object_mask)
+        with torch.no_grad():
+            g = self.moving(xpos, xquat)
+            _, in_front, _ = rasterize(*g.args(), self.Ks, self.X_WCs, self.width, self.height, None, self.backend)
+            if self._lit_layer is not None:
+                ground = self._lit_layer.alpha
+            else:
+                s = self.static
+                _, ground, _ = rasterize(*s.args(), self.Ks, self.X_WCs, self.width, self.height, None, self.backend)
+        table = (ground > 0.95) & (in_front < 0.05)
+        light = fit_shadow_light(geometry, xpos, xquat, table, images, self.Ks, self.X_WCs, config, self.backend)
+        self.set_shadow(light)
+        return light
+
+    def cast_shadows(self, xpos: np.ndarray, xquat: np.ndarray) -> None:
+        """Shade the ground layer with the shadow the moving bodies cast at poses xpos (nbody,3) m, xquat (nbody,4)
+        wxyz (once a frame: the robot at the real arm's joints, the objects where the twin has them); a no-op
+        without a shadow light or a ground layer."""
+        if self.shadow is None or self._lit_layer is None:
+            return
+        cover = self.shadow.table(xpos, xquat, self.Ks, self.X_WCs, self.width, self.height, self.backend)
+        lit = self._lit_layer
+        self.static_layer = StaticLayer(lit.rgb * self.shadow.light.shade(cover), lit.alpha, lit.depth_acc)
 
     def set_camera_poses(self, X_WCs: Tensor) -> None:
         """Replace the camera-to-world poses (C,4,4) (e.g. after calibration); re-renders the static layer."""
@@ -175,11 +219,15 @@ class TwinViews:
         return ViewWindow((0,) * n, (0,) * n, self.width, self.height, self.Ks, self.X_WCs, self.static_layer)
 
     def moving(self, xpos: np.ndarray, xquat: np.ndarray) -> Gaussians:
-        """World-frame Gaussians of everything that moves, for body poses (nbody,3) m and (nbody,4) wxyz."""
+        """World-frame Gaussians of everything that moves, for body poses (nbody,3) m and (nbody,4) wxyz; with a
+        shadow light, the objects' colours shaded by the robot's shadow at those poses."""
         pos = torch.as_tensor(np.asarray(xpos), dtype=torch.float32, device=self.device)
         quat = torch.as_tensor(np.asarray(xquat), dtype=torch.float32, device=self.device)
         means, quats = place(self.local.means, self.local.quats, self.body_index, pos, quat)
-        return Gaussians(means, quats, self.local.scales, self.local.colors, self.local.opacities)
+        colors = self.local.colors
+        if self.shadow is not None:
+            colors = colors * self.shadow.object_factors(xpos, xquat).to(colors)
+        return Gaussians(means, quats, self.local.scales, colors, self.local.opacities)
 
     def render(self, data: mujoco.MjData) -> tuple[Tensor, Tensor, Tensor]:
         """rgb (C,H,W,3), alpha (C,H,W), depth (C,H,W) m of the twin in `data` (body poses must be current)."""

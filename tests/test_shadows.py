@@ -1,0 +1,151 @@
+"""The key light's shadow in the twin: its geometry, the fit at calibration against the surrogate's shadow-casting
+light (and none where the light casts none), and the twin's render matching the real shadow at another arm pose."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.ndimage import binary_erosion
+
+from realissim.eval.sync.sweep import SWEEP_SEED, sweep_profile
+from realissim.real.surrogate.gap import GapProfile
+from realissim.real.surrogate.world import SurrogateWorld
+from realissim.render import rasterize
+from realissim.render.gaussians import Gaussians
+from realissim.spec.scene import SceneSpec
+from realissim.spec.state import StartState
+from realissim.tasks.pusht import PushTTask
+from realissim.twin.color_fit import fit_colors
+from realissim.twin.physics import TwinPhysics
+from realissim.twin.shadows import (
+    ShadowFitConfig,
+    ShadowLight,
+    covariances,
+    flatten_onto_table,
+    light_direction,
+    point_coverage,
+)
+from realissim.twin.state import rest_state
+from realissim.twin.views import TwinViews
+
+SMALL = (160, 90)
+
+
+def _one(mean: tuple[float, float, float], scales: tuple[float, float, float], opacity: float = 1.0) -> Gaussians:
+    return Gaussians(
+        torch.tensor([mean]), torch.tensor([[1.0, 0.0, 0.0, 0.0]]), torch.tensor([scales]), torch.zeros(1, 3),
+        torch.tensor([opacity]),
+    )  # fmt: skip
+
+
+def test_a_gaussian_is_flattened_along_the_light_onto_the_table() -> None:
+    d = torch.tensor(light_direction(math.radians(30.0), math.radians(45.0)), dtype=torch.float64)
+    g = _one((0.1, -0.2, 0.3), (0.01, 0.02, 0.005))
+    g = Gaussians(*(t.double() for t in g.args()))
+    flat = flatten_onto_table(g.means, covariances(g.quats, g.scales), g.opacities, d)
+    # Its centre moves along the light to z = 0: 0.3 m down at 45° is 0.3 m along the horizontal direction.
+    expected = g.means[0] + d * (0.3 / -d[2])
+    np.testing.assert_allclose(flat.means[0].numpy(), expected.numpy(), atol=1e-7)
+    assert float(flat.means[0, 2]) == pytest.approx(0.0, abs=1e-12)
+    # Its covariance is the oblique projection's: sample points, project them, compare the spread.
+    rng = np.random.default_rng(0)
+    pts = rng.normal(size=(200_000, 3)) * np.array([0.01, 0.02, 0.005]) + g.means[0].numpy()
+    dn = d.numpy()
+    proj = pts - dn[None] * (pts[:, 2] / dn[2])[:, None]
+    cov = covariances(flat.quats, flat.scales)[0].numpy()
+    np.testing.assert_allclose(cov[:2, :2], np.cov(proj[:, :2].T), rtol=0.02, atol=1e-7)
+    # Gaussians on the table itself cast nothing.
+    low = _one((0.0, 0.0, 0.001), (0.01, 0.01, 0.001))
+    assert len(flatten_onto_table(low.means, covariances(low.quats, low.scales), low.opacities, d.float())) == 0
+
+
+def test_point_coverage_counts_only_casters_between_the_point_and_the_light() -> None:
+    d = torch.tensor(light_direction(0.0, math.radians(60.0)), dtype=torch.float64)
+    caster = _one((0.0, 0.0, 0.2), (0.03, 0.03, 0.03), 0.95)
+    cov = covariances(caster.quats.double(), caster.scales.double())
+    under = caster.means.double()[0] + d * (0.2 / -float(d[2]))  # where the light through its centre meets z = 0
+    points = torch.stack([under, under + torch.tensor([0.3, 0.0, 0.0], dtype=torch.float64),
+                          torch.tensor([0.0, 0.0, 0.4], dtype=torch.float64)])  # fmt: skip
+    c = point_coverage(points, caster.means.double(), cov, caster.opacities.double(), d)
+    assert float(c[0]) > 0.9  # in its shadow
+    assert float(c[1]) < 1e-6  # beside it
+    assert float(c[2]) < 1e-6  # above it: the caster is not between it and the light
+
+
+def _start(scene: SceneSpec) -> StartState:
+    return PushTTask().sample_start(np.random.default_rng(0))
+
+
+def _capture(scene: SceneSpec, gap: GapProfile, starts: list[StartState]) -> tuple[list[torch.Tensor], list]:
+    with SurrogateWorld(scene, gap, camera_size=SMALL) as world:
+        shots = []
+        for s in starts:
+            world.reset(s)
+            shots.append(torch.from_numpy(np.stack([f.image for f in world.render_cameras()])))
+        return shots, list(world.true_cameras)
+
+
+@pytest.mark.slow
+def test_the_key_light_is_fitted_where_it_casts_a_shadow_and_the_twin_renders_it_at_another_pose(
+    scene: SceneSpec,
+) -> None:
+    """Sweep profile 05's key light casts shadows: calibration finds its direction within 5° and a shadow at most
+    half as bright; the twin, its colours fitted with the shadow, then renders the arm's shadow where the arm has
+    moved to: where the real table went from lit to shadowed or back, it errs less than half as much as a twin that
+    baked the calibration-time shadow into its table. The default gap casts none: no shadow is fitted."""
+    first = _start(scene)
+    moved = dataclasses.replace(first, q=tuple(np.asarray(first.q) + np.array([0.35, 0.2, 0.0, -0.25, 0.0, 0.2, 0.0])))
+    twin = TwinPhysics(scene)
+    poses = []
+    for s in (first, moved):
+        twin.reset(rest_state(s))
+        poses.append((twin.data.xpos.copy(), twin.data.xquat.copy()))
+    gap = sweep_profile(SWEEP_SEED, 5)
+    assert gap.lighting.shadow_size > 0
+    shots, cameras = _capture(scene, gap, [first, moved])
+    # Table pixels whose real shadow state changed between the two poses (lit ↔ shadowed), a pixel in from every
+    # edge: where a twin that baked the first pose's shadow must be wrong.
+    lum = [shot.float().mean(dim=-1) / 255 for shot in shots]
+    errors = {}
+    for shadows in (True, False):
+        views = TwinViews(scene, twin.model, cameras=cameras)
+        light = views.fit_shadow(*poses[0], shots[0], ShadowFitConfig(enabled=shadows))
+        if shadows:
+            assert light is not None
+            truth = np.asarray(gap.lighting.key_direction) / np.linalg.norm(gap.lighting.key_direction)
+            angle = math.degrees(math.acos(float(np.clip(np.dot(truth, light.direction), -1, 1))))
+            assert angle < 5.0, angle
+            assert max(light.attenuation) < 0.5 and light.contrast > 2.0
+        fit_colors(views, *poses[0], shots[0][None])
+        views.cast_shadows(*poses[1])
+        rgb, _, _ = views.render_poses(*poses[1])
+        in_front = [rasterize(*views.moving(*p).args(), views.Ks, views.X_WCs, *SMALL, None, views.backend)[1]
+                    for p in poses]  # fmt: skip
+        assert views._lit_layer is not None
+        table = (in_front[0] < 0.05) & (in_front[1] < 0.05) & (views._lit_layer.alpha > 0.95)
+        lit = float(lum[1][table].median())
+        changed = ((lum[0] < 0.6 * lit) ^ (lum[1] < 0.6 * lit)) & table
+        changed = torch.from_numpy(np.stack([binary_erosion(c) for c in changed.numpy()]))
+        assert int(changed.sum()) > 100
+        errors[shadows] = float((rgb - shots[1].float() / 255).abs().mean(dim=-1)[changed].mean())
+    assert errors[True] < 0.5 * errors[False], errors
+
+    plain, cameras = _capture(scene, GapProfile(), [first])
+    views = TwinViews(scene, twin.model, cameras=cameras)
+    assert views.fit_shadow(*poses[0], plain[0]) is None
+    assert views.shadow is None
+
+
+def test_shadow_light_validation() -> None:
+    with pytest.raises(ValueError, match="direction"):
+        ShadowLight((0.0, 0.0, 1.0), (0.5, 0.5, 0.5))
+    with pytest.raises(ValueError, match="attenuation"):
+        ShadowLight(light_direction(0.0, 1.0), (0.0, 0.5, 0.5))
+    with pytest.raises(ValueError, match="elevations"):
+        ShadowFitConfig(elevations=(95.0,))
+    shade = ShadowLight(light_direction(0.0, 1.0), (0.25, 0.5, 1.0)).shade(torch.tensor([0.0, 1.0, 0.5]))
+    np.testing.assert_allclose(shade.numpy(), [[1, 1, 1], [0.25, 0.5, 1.0], [0.625, 0.75, 1.0]])
