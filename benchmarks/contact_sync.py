@@ -29,6 +29,7 @@ from realissim.loop_demo import jsonable
 from realissim.real.surrogate import save_gap
 from realissim.runtime.loop import RuntimeConfig
 from realissim.tasks import make
+from realissim.twin.shadows import ShadowFitConfig
 
 KEYS = (
     ("pos_err_median_mm", "position error, median (mm)"),
@@ -72,11 +73,16 @@ class Args:
     calibrate_at: Literal["goal", "start"] = "start"
     """Where the twin's appearance is fitted: at the episode's start (as the sync scenarios do) or with the T on
     its goal (as online evaluation does)."""
+    shadows: bool = True
+    """Let calibration fit a shadow-casting key light and the twin render its shadow (`RuntimeConfig.shadows`);
+    False: the twin renders none, as before stop 40."""
+    only: tuple[int, ...] = ()
+    """With `--sweep`: run only these profile indices (default: all `--profiles`)."""
 
 
 def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, every: int = 1,
-        calibrate_at: Literal["goal", "start"] = "start") -> dict:  # fmt: skip
-    runtime = RuntimeConfig(correct=correct, correct_every=every)
+        calibrate_at: Literal["goal", "start"] = "start", shadows: bool = True) -> dict:  # fmt: skip
+    runtime = RuntimeConfig(correct=correct, correct_every=every, shadows=ShadowFitConfig(enabled=shadows))
     config = contact_rich(seed, seconds=seconds, gap=gap, runtime=runtime, calibrate_at=calibrate_at)
     out = run_scenario(make("pusht"), config, label=label)
     out.pop("series")
@@ -91,11 +97,12 @@ def main(args: Args) -> dict:
     for name in ("on", "off"):
         label = f"correction {name}"
         results[name] = run(
-            args.gap, args.seconds, args.seed, name == "on", label, args.correct_every, args.calibrate_at
+            args.gap, args.seconds, args.seed, name == "on", label, args.correct_every, args.calibrate_at, args.shadows
         )
     print(
         f"contact-rich, gap {args.gap or 'default'}, seed {args.seed}, {args.seconds:g} s, lock-step, "
         f"correcting every {args.correct_every} frame(s), calibrated at the {args.calibrate_at}"
+        + ("" if args.shadows else ", no shadows rendered")
     )
     print(f"| {'metric':<38} | {'correction on':>13} | {'off':>9} |")
     print(f"|{'-' * 40}|{'-' * 15}|{'-' * 11}|")
@@ -111,7 +118,7 @@ def sweep(args: Args) -> dict:
     from it: rows already there (same sweep seed, scenario seed, length and correction rate) are not run again."""
     rows: dict = {}
     key = {"sweep_seed": args.sweep_seed, "seed": args.seed, "seconds": args.seconds,
-           "correct_every": args.correct_every, "calibrate_at": args.calibrate_at}  # fmt: skip
+           "correct_every": args.correct_every, "calibrate_at": args.calibrate_at, "shadows": args.shadows}  # fmt: skip
     if args.json is not None and args.json.exists():
         done = json.loads(args.json.read_text())
         if done.pop("_key", None) == key:
@@ -119,11 +126,11 @@ def sweep(args: Args) -> dict:
             logging.getLogger(__name__).warning("resuming the sweep: %d profiles done in %s", len(rows), args.json)
     with tempfile.TemporaryDirectory() as folder:
         for i, (name, gap) in enumerate(sweep_profiles(args.profiles, args.sweep_seed)):
-            if name in rows:
+            if name in rows or (args.only and i not in args.only):
                 continue
             path = Path(folder) / f"{name}.json"
             save_gap(gap, path)
-            out = run(path, args.seconds, args.seed, True, name, args.correct_every, args.calibrate_at)
+            out = run(path, args.seconds, args.seed, True, name, args.correct_every, args.calibrate_at, args.shadows)
             rows[name] = {"set": "tune" if i < args.tune else "held-out", **describe(gap), **out}
             if args.json is not None:
                 args.json.write_text(json.dumps(jsonable({"_key": key, **rows}), indent=2))
@@ -131,7 +138,8 @@ def sweep(args: Args) -> dict:
     shown = ("pos_err_median_mm", "pos_err_p95_mm", "pos_err_p95_moving_mm", "pos_err_max_mm", "yaw_err_p95_deg",
              "silent_loss_s", "longest_silent_loss_s", "detector_recall", "false_alarms_per_min", "desynced_s",
              "reacquisitions")  # fmt: skip
-    print(f"gap sweep (seed {args.sweep_seed}), contact-rich seed {args.seed}, {args.seconds:g} s, correction on")
+    print(f"gap sweep (seed {args.sweep_seed}), contact-rich seed {args.seed}, {args.seconds:g} s, correction on"
+          + ("" if args.shadows else ", no shadows rendered"))  # fmt: skip
     print("| profile | set | " + " | ".join(params + shown) + " |")
     print("|" + "---|" * (2 + len(params) + len(shown)))
     for name, row in rows.items():

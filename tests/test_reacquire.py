@@ -125,18 +125,28 @@ def test_splat_and_colour_kernels_match_their_references() -> None:
     label = rng.integers(0, 3, n).astype(np.int32)  # objects 0, 1 and the robot (2)
     seen, exp = np.empty(winner.shape, np.int8), np.empty(winner.shape, np.int8)
     owner = np.array([0, 1], dtype=np.int32)
-    _classify_kernel(images, refs, owner, 2, 0.1**2, 60.0, winner, label, seen, exp)
+    nowhere = np.zeros(winner.shape, dtype=np.bool_)
+    _classify_kernel(images, refs, owner, np.full(2, np.inf), 2, 2, nowhere, 0.1**2, 60.0, winner, label, seen, exp)
     ref_seen, ref_exp = classify_reference(images, refs, 0.1**2, 60.0, winner, label)
     assert (seen == 0).sum() > 20 and (seen == 1).sum() > 5 and (exp == 1).sum() > 20
     np.testing.assert_array_equal(seen, ref_seen)
     np.testing.assert_array_equal(exp, ref_exp)
     zeros = int((seen == 0).sum())
-    # A second reference for object 0 (its colour in shadow) claims more pixels, all for object 0.
+    # A second reference for object 0 (its colour in shadow) claims more pixels, all for object 0, but only where
+    # the gate is set (where a shadow falls).
     refs2, owner2 = np.concatenate([refs, [[0.45, 0.3]]]), np.array([0, 1, 0], dtype=np.int32)
-    _classify_kernel(images, refs2, owner2, 2, 0.1**2, 60.0, winner, label, seen, exp)
-    ref_seen, _ = classify_reference(images, refs2, 0.1**2, 60.0, winner, label, owner2)
+    _classify_kernel(images, refs2, owner2, np.full(3, np.inf), 2, 2, nowhere, 0.1**2, 60.0, winner, label, seen, exp)
+    assert int((seen == 0).sum()) == zeros
+    half = np.zeros(winner.shape, dtype=np.bool_)
+    half[:, :, : width // 2] = True
+    limit = np.array([np.inf, np.inf, 400.0])  # the shaded reference only for pixels no brighter than 400 (sum)
+    _classify_kernel(images, refs2, owner2, limit, 2, 2, half, 0.1**2, 60.0, winner, label, seen, exp)
+    ref_seen, _ = classify_reference(images, refs2, 0.1**2, 60.0, winner, label, owner2, 2, half, limit)
     np.testing.assert_array_equal(seen, ref_seen)
     assert set(np.unique(seen)) <= {-1, 0, 1} and int((seen == 0).sum()) > zeros
+    plain, _ = classify_reference(images, refs, 0.1**2, 60.0, winner, label)
+    gained = (seen == 0) & (plain != 0)  # pixels newly seen as object 0: all under the gate, none too bright
+    assert not np.any(gained & ~half) and not np.any(gained & (images.astype(int).sum(axis=-1) > 400))
 
 
 @pytest.mark.parametrize("seed", range(4))

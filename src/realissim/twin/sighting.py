@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from numba import njit
 from numpy.typing import ArrayLike
+from scipy.ndimage import binary_dilation
 from torch import Tensor
 
 from realissim.geometry import quat_to_mat
@@ -33,6 +34,8 @@ from realissim.twin.views import TwinViews
 
 NEAR = 0.01
 """m; Gaussians nearer to a camera than this are not splatted."""
+_GROW = np.ones((1, 7, 7), dtype=bool)
+"""Growth of the cast shadow's mask (3 px each way, per camera) within which an object's colour in shade counts."""
 MIN_RADIUS = 0.71
 """px; a splatted disc always covers the pixel its centre falls in."""
 
@@ -176,12 +179,21 @@ class Sighting:
         tol2, floor = cfg.color_tolerance**2, 3.0 * 255.0 * cfg.min_brightness
         k = len(self.object_bodies)
         owner = np.arange(k, dtype=np.int32)
-        if views.shadow is not None:
-            # An object in the arm's shadow is lit by the fill and ambient light only: its colour is shifted too.
+        gate = np.zeros(shape[:3], dtype=np.bool_)
+        limit = np.full(k, np.inf)
+        if views.shadow is not None and views.shadow_cover is not None:
+            # An object in the arm's shadow is lit by the fill and ambient light only: its colour shifts too. That
+            # colour counts only where the twin casts a shadow (grown by the object's height's parallax): under a
+            # warm key light the lit table's colour lies near the object's in shade.
             shaded = views.local.colors.double().cpu().numpy() * np.asarray(views.shadow.light.attenuation)
             refs = np.ascontiguousarray(np.concatenate([refs, reference_chromaticity(shaded, self._label, k)]))
             owner = np.concatenate([owner, owner])
-        _classify_kernel(img, refs, owner, k, tol2, floor, winner, self._label, seen, expected)
+            gate = np.ascontiguousarray(binary_dilation(views.shadow_cover.cpu().numpy() > 0.3, _GROW))
+            # ... and only as dark as shade: below the geometric mean of the object's lit and shaded brightness.
+            lit = views.local.colors.double().cpu().numpy().sum(axis=1)
+            dim = math.sqrt(float(np.mean(views.shadow.light.attenuation)))
+            limit = np.concatenate([limit, [255.0 * float(np.median(lit[self._label == i])) * dim for i in range(k)]])
+        _classify_kernel(img, refs, owner, limit, k, k, gate, tol2, floor, winner, self._label, seen, expected)
         return [self._sighting(k, pos[b], seen, expected, rays, origins) for k, b in enumerate(self.object_bodies)]
 
     def _sighting(
@@ -324,11 +336,15 @@ def _splat_kernel(local, body, radius, rot, pos, Ks, X_CW, near, winner, depth):
 
 
 @njit(cache=True)
-def _classify_kernel(images, refs, owner, n_objects, tol2, min_sum, winner, label, seen, expected):  # pragma: no cover
+def _classify_kernel(
+    images, refs, owner, limit, n_objects, n_plain, gate, tol2, min_sum, winner, label, seen, expected
+):  # pragma: no cover
     """Per pixel: `expected` = the object index of the winning splatted Gaussian (−1: none or the robot's);
     `seen` = the object `owner[r]` of the reference chromaticity r nearest the image's (within tol2, brightness
-    sum ≥ min_sum, pixel not covered by the robot), else −1 (the first reference on ties). Label `n_objects` is
-    the robot's."""
+    sum ≥ min_sum, pixel not covered by the robot), else −1 (the first reference on ties). References from
+    `n_plain` on count only where `gate` (C,H,W) is set and the brightness sum is at most `limit[r]` (an object's
+    colour in shade: only where a shadow falls, and only as dark as shade).
+    Label `n_objects` is the robot's."""
     n_cam, height, width = winner.shape
     robot = n_objects
     for c in range(n_cam):
@@ -344,8 +360,11 @@ def _classify_kernel(images, refs, owner, n_objects, tol2, min_sum, winner, labe
                 s = r + gg + bb
                 if s < min_sum:
                     continue
+                n_refs = refs.shape[0] if gate[c, j, i] else n_plain
                 best = tol2
-                for k in range(refs.shape[0]):
+                for k in range(n_refs):
+                    if s > limit[k]:
+                        continue
                     dr, dg = r / s - refs[k, 0], gg / s - refs[k, 1]
                     if dr * dr + dg * dg < best:
                         best = dr * dr + dg * dg
@@ -388,15 +407,24 @@ def classify_reference(
     winner: np.ndarray,
     label: np.ndarray,
     owner: np.ndarray | None = None,
+    n_plain: int | None = None,
+    gate: np.ndarray | None = None,
+    limit: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The colour test's definition (vectorised; for tests): seen and expected (C,H,W) int8 as the kernel, with
-    references `refs` (R,2) of objects `owner` (R,) (default: reference k is object k's)."""
+    references `refs` (R,2) of objects `owner` (R,) (default: reference k is object k's), those from `n_plain` on
+    only where `gate` (C,H,W) bool is set, each only up to a brightness sum `limit` (R,) (default: none)."""
     owner = np.arange(len(refs)) if owner is None else np.asarray(owner)
+    n_plain = len(refs) if n_plain is None else n_plain
     robot = int(owner.max()) + 1
     lab = np.where(winner >= 0, label[np.maximum(winner, 0)], -1)
     img = images.astype(np.float64)
     s = img.sum(axis=-1)
     d2 = ((img[..., None, :2] / np.maximum(s, 1e-12)[..., None, None] - refs) ** 2).sum(axis=-1)
+    if gate is not None:
+        d2[..., n_plain:] = np.where(gate[..., None], d2[..., n_plain:], np.inf)
+    if limit is not None:
+        d2 = np.where(s[..., None] > np.asarray(limit), np.inf, d2)
     seen = np.where(d2.min(axis=-1) < tol2, owner[d2.argmin(axis=-1)], -1)
     seen = np.where((s >= min_sum) & (lab != robot), seen, -1)
     expected = np.where(lab < robot, lab, -1)

@@ -107,6 +107,8 @@ class TwinViews:
         """The ground layer without shadows."""
         self.shadow: ShadowCaster | None = None
         """The key light's shadows (`set_shadow`; None: none rendered)."""
+        self.shadow_cover: Tensor | None = None
+        """(C,H,W): the table's shadow coverage per pixel cast by the last `cast_shadows` (None: none cast)."""
         self._render_static_layer()
 
     def _render_static_layer(self) -> None:
@@ -121,6 +123,7 @@ class TwinViews:
         ground from the next `cast_shadows`. On the gsplat backend (no ground layer) only the objects are shaded."""
         self.shadow = None if light is None else ShadowCaster(self.local, self.body_index, self.object_mask, light)
         self.static_layer = self._lit_layer
+        self.shadow_cover = None
 
     def fit_shadow(
         self, xpos: np.ndarray, xquat: np.ndarray, images: Tensor, config: ShadowFitConfig = ShadowFitConfig()
@@ -150,6 +153,7 @@ class TwinViews:
         if self.shadow is None or self._lit_layer is None:
             return
         cover = self.shadow.table(xpos, xquat, self.Ks, self.X_WCs, self.width, self.height, self.backend)
+        self.shadow_cover = cover
         lit = self._lit_layer
         self.static_layer = StaticLayer(lit.rgb * self.shadow.light.shade(cover), lit.alpha, lit.depth_acc)
 
