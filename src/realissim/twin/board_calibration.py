@@ -34,7 +34,6 @@ from scipy.optimize import least_squares
 from torch import Tensor
 
 from realissim.geometry import project_points
-from realissim.render import rasterize
 from realissim.spec.board import DotBoard
 from realissim.twin.views import TwinViews
 
@@ -314,10 +313,7 @@ def fit_camera_to_board(
 def occluders(views: TwinViews, xpos: np.ndarray, xquat: np.ndarray, threshold: float = 0.05) -> np.ndarray:
     """(C,H,W) bool: where the twin's moving bodies (arm, objects) at body poses xpos (nbody,3) m, xquat
     (nbody,4) wxyz cover each camera of `views` with opacity above `threshold`."""
-    g = views.moving(xpos, xquat)
-    with torch.no_grad():
-        _, alpha, _ = rasterize(*g.args(), views.Ks, views.X_WCs, views.width, views.height, None, views.backend)
-    return (alpha > threshold).cpu().numpy()
+    return (views.moving_alpha(xpos, xquat) > threshold).cpu().numpy()
 
 
 def calibrate_from_board(

@@ -80,9 +80,7 @@ def fit_colors(
         # than a shadow's edge).
         cat[3] = torch.cat([views.local.colors, views.static.colors]).detach()
         shade[:n_moving] = views.shadow.object_factors(xpos, xquat)
-        with torch.no_grad():
-            _, in_front, _ = rasterize(*g.args(), views.Ks, views.X_WCs, views.width, views.height, None, views.backend)
-        target = unshadow_table(target, views, xpos, xquat, in_front < 0.5)
+        target = unshadow_table(target, views, xpos, xquat, views.moving_alpha(xpos, xquat) < 0.5)
     shade = shade.to(cat[3])
     logits = _logit(cat[3]).requires_grad_()
     bg = _logit(views.background.expand(len(views.cameras), 3).clone()).requires_grad_()

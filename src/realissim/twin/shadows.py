@@ -90,11 +90,6 @@ class ShadowLight:
         if k.shape != (3,) or not np.all((k > 0) & (k <= 1)):
             raise ValueError(f"attenuation: must be 3 factors in (0, 1], got {self.attenuation}")
 
-    @staticmethod
-    def from_angles(azimuth: float, elevation: float, attenuation: tuple[float, float, float]) -> ShadowLight:
-        """The light coming from azimuth (rad, from +x towards +y) and elevation (rad above the horizon)."""
-        return ShadowLight(light_direction(azimuth, elevation), attenuation)
-
     def shade(self, coverage: Tensor) -> Tensor:
         """Colour factors (...,3) for shadow coverage (...) in [0, 1]: 1 − coverage · (1 − attenuation)."""
         k = torch.as_tensor(self.attenuation, dtype=coverage.dtype, device=coverage.device)

@@ -168,7 +168,7 @@ class Sighting:
         shape = (len(views.cameras), views.height, views.width, 3)
         if img.shape != shape:
             raise ValueError(f"images: expected shape {shape}, got {img.shape}")
-        rays, origins, X_CW, Ks, refs = self._camera_and_colour_tables()
+        rays, origins, X_CW, Ks, refs, owner, limit = self._camera_and_colour_tables()
         rot = quat_to_mat(np.asarray(xquat, dtype=np.float64))
         winner = np.full(shape[:3], -1, dtype=np.int32)
         depth = np.full(shape[:3], np.inf)
@@ -178,21 +178,11 @@ class Sighting:
         expected = np.empty(shape[:3], dtype=np.int8)
         tol2, floor = cfg.color_tolerance**2, 3.0 * 255.0 * cfg.min_brightness
         k = len(self.object_bodies)
-        owner = np.arange(k, dtype=np.int32)
         gate = np.zeros(shape[:3], dtype=np.bool_)
-        limit = np.full(k, np.inf)
-        if views.shadow is not None and views.shadow_cover is not None:
-            # An object in the arm's shadow is lit by the fill and ambient light only: its colour shifts too. That
-            # colour counts only where the twin casts a shadow (grown by the object's height's parallax): under a
-            # warm key light the lit table's colour lies near the object's in shade.
-            shaded = views.local.colors.double().cpu().numpy() * np.asarray(views.shadow.light.attenuation)
-            refs = np.ascontiguousarray(np.concatenate([refs, reference_chromaticity(shaded, self._label, k)]))
-            owner = np.concatenate([owner, owner])
+        if views.shadow_cover is not None:
+            # The objects' colours in shade (references k … 2k − 1) count only where the twin casts a shadow, grown
+            # by the object's height's parallax: under a warm key light the lit table's colour lies near them.
             gate = np.ascontiguousarray(binary_dilation(views.shadow_cover.cpu().numpy() > 0.3, _GROW))
-            # ... and only as dark as shade: below the geometric mean of the object's lit and shaded brightness.
-            lit = views.local.colors.double().cpu().numpy().sum(axis=1)
-            dim = math.sqrt(float(np.mean(views.shadow.light.attenuation)))
-            limit = np.concatenate([limit, [255.0 * float(np.median(lit[self._label == i])) * dim for i in range(k)]])
         _classify_kernel(img, refs, owner, limit, k, k, gate, tol2, floor, winner, self._label, seen, expected)
         return [self._sighting(k, pos[b], seen, expected, rays, origins) for k, b in enumerate(self.object_bodies)]
 
@@ -241,16 +231,18 @@ class Sighting:
 
     def references(self) -> np.ndarray:
         """(K,2) each object's reference chromaticity (`reference_chromaticity` of the views' current colours)."""
-        return self._camera_and_colour_tables()[4]
+        return self._camera_and_colour_tables()[4][: len(self.object_bodies)]
 
     def _camera_and_colour_tables(self) -> tuple[np.ndarray, ...]:
         """Per-pixel world rays (C,H·W,3), camera origins (C,3), world-to-camera poses (C,4,4), intrinsics
-        (C,3,3) and each object's reference chromaticity (K,2); rebuilt when the views' cameras or colours have
-        been replaced (calibration)."""
+        (C,3,3), and the colour test's references: chromaticities (R,2), their objects (R,) and brightness limits
+        (R,) — each object's colour (K of them), then, with a shadow light, its colour in shade (K more: lit only
+        by the fill and ambient light), counted only up to the geometric mean of its lit and shaded brightness.
+        Rebuilt when the views' cameras, colours or shadow light have been replaced (calibration)."""
         v = self.views
-        key = (v.Ks, v.X_WCs, v.local.colors)
-        if len(self._cache) == 8 and all(a is b for a, b in zip(self._cache[:3], key)):
-            return self._cache[3:]  # type: ignore[return-value]
+        key = (v.Ks, v.X_WCs, v.local.colors, v.shadow)
+        if len(self._cache) == 11 and all(a is b for a, b in zip(self._cache[:4], key)):
+            return self._cache[4:]  # type: ignore[return-value]
         Ks = np.ascontiguousarray(v.Ks.double().cpu().numpy())
         X_WC = v.X_WCs.double().cpu().numpy()
         X_CW = np.ascontiguousarray(np.linalg.inv(X_WC))
@@ -260,8 +252,19 @@ class Sighting:
             d = np.stack([(uu - K[0, 2]) / K[0, 0], (vv - K[1, 2]) / K[1, 1], np.ones_like(uu)], axis=-1)
             rays.append((d @ X[:3, :3].T).reshape(-1, 3))
         colors = np.ascontiguousarray(v.local.colors.double().cpu().numpy())
-        refs = np.ascontiguousarray(reference_chromaticity(colors, self._label, len(self.object_bodies)))
-        tables = (np.stack(rays), np.ascontiguousarray(X_WC[:, :3, 3]), X_CW, Ks, refs)
+        k = len(self.object_bodies)
+        refs = reference_chromaticity(colors, self._label, k)
+        owner = np.arange(k, dtype=np.int32)
+        limit = np.full(k, np.inf)
+        if v.shadow is not None:
+            attenuation = np.asarray(v.shadow.light.attenuation)
+            lit = colors.sum(axis=1)
+            dim = math.sqrt(float(attenuation.mean()))
+            refs = np.concatenate([refs, reference_chromaticity(colors * attenuation, self._label, k)])
+            owner = np.concatenate([owner, owner])
+            limit = np.concatenate([limit, [255.0 * float(np.median(lit[self._label == i])) * dim for i in range(k)]])
+        tables = (np.stack(rays), np.ascontiguousarray(X_WC[:, :3, 3]), X_CW, Ks, np.ascontiguousarray(refs), owner,
+                  limit)  # fmt: skip
         self._cache = (*key, *tables)
         return tables
 

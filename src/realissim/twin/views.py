@@ -133,9 +133,8 @@ class TwinViews:
         view with nothing in front of it) and render it from now on (`set_shadow`; None: no shadow found)."""
         self.set_shadow(None)
         geometry = ShadowCaster(self.local, self.body_index, self.object_mask)
+        in_front = self.moving_alpha(xpos, xquat)
         with torch.no_grad():
-            g = self.moving(xpos, xquat)
-            _, in_front, _ = rasterize(*g.args(), self.Ks, self.X_WCs, self.width, self.height, None, self.backend)
             if self._lit_layer is not None:
                 ground = self._lit_layer.alpha
             else:
@@ -232,6 +231,14 @@ class TwinViews:
         if self.shadow is not None:
             colors = colors * self.shadow.object_factors(xpos, xquat).to(colors)
         return Gaussians(means, quats, self.local.scales, colors, self.local.opacities)
+
+    def moving_alpha(self, xpos: np.ndarray, xquat: np.ndarray) -> Tensor:
+        """(C,H,W) accumulated opacity of the moving bodies alone (robot, objects) at poses xpos (nbody,3) m, xquat
+        (nbody,4) wxyz: where they stand in front of the ground in each camera."""
+        with torch.no_grad():
+            g = self.moving(xpos, xquat)
+            _, alpha, _ = rasterize(*g.args(), self.Ks, self.X_WCs, self.width, self.height, None, self.backend)
+        return alpha
 
     def render(self, data: mujoco.MjData) -> tuple[Tensor, Tensor, Tensor]:
         """rgb (C,H,W,3), alpha (C,H,W), depth (C,H,W) m of the twin in `data` (body poses must be current)."""
