@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import tyro
 
+from realissim.assets.appearance import AppearanceConfig
 from realissim.envs.env import Env, EnvConfig
 from realissim.eval.episode import run_episode
 from realissim.eval.sync.scenario import SyncObserver
@@ -94,6 +95,10 @@ class Args:
     """`ColorFitConfig.smooth`: the smoothness penalty on the objects' fitted colours."""
     blur: float = 0.0
     """`CorrectionConfig.blur`: σ px of the blur on both images before the correction's loss."""
+    fill_unseen: bool = False
+    """`ColorFitConfig.fill_unseen`: Gaussians no camera sees at calibration take their seen neighbours' colours."""
+    object_spacing: float | None = None
+    """The twin's Gaussian spacing on objects, m (`AppearanceConfig.object_spacing`; None: the default)."""
     calibrate_at: str = "start"
     """Where the twin calibrates: "start" (the first pose) or "goal" (`EnvConfig.calibrate_at`)."""
     calibrate: str = "first_reset"
@@ -116,8 +121,9 @@ def main(args: Args) -> dict:
     runtime = RuntimeConfig(
         refine_cameras=args.refine_cameras,
         board_calibration=args.board,
-        color_fit=ColorFitConfig(smooth=args.smooth),
+        color_fit=ColorFitConfig(smooth=args.smooth, fill_unseen=args.fill_unseen),
         correction=CorrectionConfig(blur=args.blur),
+        appearance=AppearanceConfig(object_spacing=args.object_spacing or AppearanceConfig.object_spacing),
     )
     rows = []
     with tempfile.TemporaryDirectory() as folder:
@@ -143,7 +149,8 @@ def main(args: Args) -> dict:
     yaw = np.array([r["yaw_deg"] for r in rows])
     summary = {"gap": str(args.gap or "default"), "ideal_cameras": args.ideal_cameras,
                "refine_cameras": args.refine_cameras, "board": args.board, "smooth": args.smooth,
-               "blur": args.blur, "pixel_samples": args.pixel_samples,
+               "blur": args.blur, "pixel_samples": args.pixel_samples, "fill_unseen": args.fill_unseen,
+               "object_spacing": args.object_spacing,
                "calibrate_at": args.calibrate_at,
                "goal_mm": rows[-1]["pos_mm"], "near_goal_median_mm": float(np.median(near)),
                "near_goal_max_mm": float(near.max()), "median_mm": float(np.median(pos)),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from helpers import scripted_targets
+from realissim.assets.appearance import AppearanceConfig
 from realissim.eval.sync.metrics import SyncRecorder
 from realissim.geometry import yaw_quat
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
@@ -78,6 +79,17 @@ def test_online_lockstep_frames_couple_twin_and_world(scene: SceneSpec) -> None:
             report = runtime.frame(away)
         assert not report.desynced
         assert np.abs(report.state.q - held_q).max() > 0.05
+
+
+def test_the_twin_views_take_the_runtime_appearance(scene: SceneSpec) -> None:
+    """`RuntimeConfig.appearance` lays out the Gaussians the correction renders (the world is unaffected)."""
+    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90))) as world:
+        counts = []
+        for spacing in (0.01, 0.02):
+            runtime = Runtime(scene, RuntimeConfig(appearance=AppearanceConfig(object_spacing=spacing)), world)
+            assert runtime.correction is not None
+            counts.append(int(runtime.correction.views.object_mask.sum()))
+    assert counts[1] < 0.5 * counts[0]  # twice the spacing: about a quarter of the object's Gaussians
 
 
 def test_correcting_every_other_frame_holds_the_wrench_between(scene: SceneSpec) -> None:

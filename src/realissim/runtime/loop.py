@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
+from realissim.assets.appearance import AppearanceConfig
 from realissim.real.follower import Follower, FollowerConfig
 from realissim.real.interfaces import CameraStalledError, RealWorld
 from realissim.runtime.desync import DesyncConfig, DesyncDetector
@@ -58,6 +59,8 @@ class RuntimeConfig:
     The desync detector's frame counts are divided by n, so its times in seconds stay the same."""
     fit_colors: bool = True
     """Calibration fits the twin's Gaussian colours to the real cameras' images."""
+    appearance: AppearanceConfig = field(default_factory=AppearanceConfig)
+    """How the twin's Gaussians are laid out on its bodies (`assets.appearance`); the real world is unaffected."""
     color_fit: ColorFitConfig = field(default_factory=ColorFitConfig)
     shadows: ShadowFitConfig = field(default_factory=ShadowFitConfig)
     """Calibration looks for the key light's shadow in the images (`realissim.twin.shadows`); where there is one,
@@ -185,7 +188,7 @@ class Runtime:
                 raise ValueError("correct needs a world with cameras")
             cam = world.cameras[0]
             cams = [c.resized(cam.width, cam.height) for c in scene.cameras]
-            views = TwinViews(scene, self.twin.model, cameras=cams)
+            views = TwinViews(scene, self.twin.model, cameras=cams, appearance=config.appearance)
             # A wrench acts for `correct_every` frames: the integral's and the damping's time step.
             frame_dt = self.twin.dt * config.correct_every
             self.correction = VisualCorrection(
