@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -78,11 +78,16 @@ class Args:
     False: the twin renders none, as before stop 40."""
     only: tuple[int, ...] = ()
     """With `--sweep`: run only these profile indices (default: all `--profiles`)."""
+    eps2d: float | None = None
+    """The renderer's low-pass in the twin's views, px² (`RuntimeConfig.eps2d`; None: its default)."""
 
 
 def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, every: int = 1,
-        calibrate_at: Literal["goal", "start"] = "start", shadows: bool = True) -> dict:  # fmt: skip
+        calibrate_at: Literal["goal", "start"] = "start", shadows: bool = True,
+        eps2d: float | None = None) -> dict:  # fmt: skip
     runtime = RuntimeConfig(correct=correct, correct_every=every, shadows=ShadowFitConfig(enabled=shadows))
+    if eps2d is not None:
+        runtime = replace(runtime, eps2d=eps2d)
     config = contact_rich(seed, seconds=seconds, gap=gap, runtime=runtime, calibrate_at=calibrate_at)
     out = run_scenario(make("pusht"), config, label=label)
     out.pop("series")
@@ -97,12 +102,21 @@ def main(args: Args) -> dict:
     for name in ("on", "off"):
         label = f"correction {name}"
         results[name] = run(
-            args.gap, args.seconds, args.seed, name == "on", label, args.correct_every, args.calibrate_at, args.shadows
+            args.gap,
+            args.seconds,
+            args.seed,
+            name == "on",
+            label,
+            args.correct_every,
+            args.calibrate_at,
+            args.shadows,
+            args.eps2d,
         )
     print(
         f"contact-rich, gap {args.gap or 'default'}, seed {args.seed}, {args.seconds:g} s, lock-step, "
         f"correcting every {args.correct_every} frame(s), calibrated at the {args.calibrate_at}"
         + ("" if args.shadows else ", no shadows rendered")
+        + ("" if args.eps2d is None else f", twin low-pass {args.eps2d:g} px²")
     )
     print(f"| {'metric':<38} | {'correction on':>13} | {'off':>9} |")
     print(f"|{'-' * 40}|{'-' * 15}|{'-' * 11}|")
@@ -118,7 +132,8 @@ def sweep(args: Args) -> dict:
     from it: rows already there (same sweep seed, scenario seed, length and correction rate) are not run again."""
     rows: dict = {}
     key = {"sweep_seed": args.sweep_seed, "seed": args.seed, "seconds": args.seconds,
-           "correct_every": args.correct_every, "calibrate_at": args.calibrate_at, "shadows": args.shadows}  # fmt: skip
+           "correct_every": args.correct_every, "calibrate_at": args.calibrate_at, "shadows": args.shadows,
+           "eps2d": args.eps2d}  # fmt: skip
     if args.json is not None and args.json.exists():
         done = json.loads(args.json.read_text())
         if done.pop("_key", None) == key:
@@ -130,7 +145,8 @@ def sweep(args: Args) -> dict:
                 continue
             path = Path(folder) / f"{name}.json"
             save_gap(gap, path)
-            out = run(path, args.seconds, args.seed, True, name, args.correct_every, args.calibrate_at, args.shadows)
+            out = run(path, args.seconds, args.seed, True, name, args.correct_every, args.calibrate_at, args.shadows,
+                      args.eps2d)  # fmt: skip
             rows[name] = {"set": "tune" if i < args.tune else "held-out", **describe(gap), **out}
             if args.json is not None:
                 args.json.write_text(json.dumps(jsonable({"_key": key, **rows}), indent=2))

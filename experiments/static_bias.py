@@ -97,6 +97,8 @@ class Args:
     """`CorrectionConfig.blur`: σ px of the blur on both images before the correction's loss."""
     fill_unseen: bool = False
     """`ColorFitConfig.fill_unseen`: Gaussians no camera sees at calibration take their seen neighbours' colours."""
+    eps2d: float | None = None
+    """`RuntimeConfig.eps2d`: the renderer's low-pass in the twin's views, px² (None: its default)."""
     object_spacing: float | None = None
     """The twin's Gaussian spacing on objects, m (`AppearanceConfig.object_spacing`; None: the default)."""
     calibrate_at: str = "start"
@@ -125,6 +127,8 @@ def main(args: Args) -> dict:
         correction=CorrectionConfig(blur=args.blur),
         appearance=AppearanceConfig(object_spacing=args.object_spacing or AppearanceConfig.object_spacing),
     )
+    if args.eps2d is not None:
+        runtime = dataclasses.replace(runtime, eps2d=args.eps2d)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "gap.json"
@@ -150,7 +154,7 @@ def main(args: Args) -> dict:
     summary = {"gap": str(args.gap or "default"), "ideal_cameras": args.ideal_cameras,
                "refine_cameras": args.refine_cameras, "board": args.board, "smooth": args.smooth,
                "blur": args.blur, "pixel_samples": args.pixel_samples, "fill_unseen": args.fill_unseen,
-               "object_spacing": args.object_spacing,
+               "object_spacing": args.object_spacing, "eps2d": args.eps2d,
                "calibrate_at": args.calibrate_at,
                "goal_mm": rows[-1]["pos_mm"], "near_goal_median_mm": float(np.median(near)),
                "near_goal_max_mm": float(near.max()), "median_mm": float(np.median(pos)),

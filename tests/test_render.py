@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from realissim.render import rasterize, render_static
+from realissim.render.common import EPS2D
 from realissim.render.reference import project
 from realissim.render.synthetic import cameras, random_gaussians
 
@@ -36,12 +37,17 @@ def test_projection_matches_closed_form() -> None:
     assert proj.depth[0, 0].item() == pytest.approx(z)
 
 
+@pytest.mark.parametrize("eps2d", [EPS2D, 0.01])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_single_gaussian_alpha_is_the_2d_gaussian(backend: str) -> None:
+def test_single_gaussian_alpha_is_the_2d_gaussian(backend: str, eps2d: float) -> None:
+    """The rendered alpha is the projected 2D Gaussian, low-passed by `eps2d` px² (the twin's views use less)."""
     Ks, X_WCs = cameras(1, 64, 48, torch.float64)
     g = _one((0.05, 0.02, 1.5), (0.06, 0.04, 0.01), opacity=0.7)
-    proj = project(*g[:3], Ks, X_WCs, 64, 48, 0.01, 100.0)
-    _, alpha, depth = rasterize(*g, Ks, X_WCs, 64, 48, backend=backend)
+    proj = project(*g[:3], Ks, X_WCs, 64, 48, 0.01, 100.0, eps2d)
+    assert proj.cov2d[0, 0, 0, 0].item() - project(*g[:3], Ks, X_WCs, 64, 48, 0.01, 100.0, 0.0).cov2d[
+        0, 0, 0, 0
+    ].item() == pytest.approx(eps2d)
+    _, alpha, depth = rasterize(*g, Ks, X_WCs, 64, 48, backend=backend, eps2d=eps2d)
     (mx, my), cov = proj.mean2d[0, 0], proj.cov2d[0, 0]
     inv = torch.linalg.inv(cov)
     radius = math.ceil(3 * math.sqrt(torch.linalg.eigvalsh(cov).max().item()))
@@ -115,15 +121,15 @@ def _render_with_grads(backend: str, inputs, Ks, X_WCs, w, h, dtype, seed=0, **k
     return out, [p.grad for p in params]
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_cpu_matches_reference(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "eps2d"), [(0, EPS2D), (1, EPS2D), (2, EPS2D), (0, 0.01)])
+def test_cpu_matches_reference(seed: int, eps2d: float) -> None:
     w, h = 64, 48
     Ks, X_WCs = cameras(2, w, h, torch.float64)
     scene = random_gaussians(300, seed=seed, dtype=torch.float64)
     bg = torch.rand(2, h, w, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    ref, ref_grads = _render_with_grads("reference", scene, Ks, X_WCs, w, h, torch.float64, background=bg)
+    ref, ref_grads = _render_with_grads("reference", scene, Ks, X_WCs, w, h, torch.float64, background=bg, eps2d=eps2d)
     for dtype, atol, gtol in ((torch.float64, 1e-10, 1e-8), (torch.float32, 2e-5, 2e-4)):
-        out, grads = _render_with_grads("cpu", scene, Ks, X_WCs, w, h, dtype, background=bg)
+        out, grads = _render_with_grads("cpu", scene, Ks, X_WCs, w, h, dtype, background=bg, eps2d=eps2d)
         for got, want in zip(out, ref):
             torch.testing.assert_close(got.double(), want, rtol=0, atol=atol * max(1.0, want.abs().max().item()))
         for name, got, want in zip(("means", "quats", "scales", "colors", "opacities"), grads, ref_grads):

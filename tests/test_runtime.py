@@ -82,12 +82,15 @@ def test_online_lockstep_frames_couple_twin_and_world(scene: SceneSpec) -> None:
 
 
 def test_the_twin_views_take_the_runtime_appearance(scene: SceneSpec) -> None:
-    """`RuntimeConfig.appearance` lays out the Gaussians the correction renders (the world is unaffected)."""
+    """`RuntimeConfig.appearance` lays out the Gaussians the correction renders and `eps2d` sets their low-pass (the
+    world is unaffected)."""
     with Surrogate(scene, SurrogateConfig(camera_size=(160, 90))) as world:
         counts = []
-        for spacing in (0.01, 0.02):
-            runtime = Runtime(scene, RuntimeConfig(appearance=AppearanceConfig(object_spacing=spacing)), world)
+        for spacing, eps2d in ((0.01, 0.3), (0.02, 0.05)):
+            config = RuntimeConfig(appearance=AppearanceConfig(object_spacing=spacing), eps2d=eps2d)
+            runtime = Runtime(scene, config, world)
             assert runtime.correction is not None
+            assert runtime.correction.views.eps2d == eps2d  # the low-pass every twin render in these views uses
             counts.append(int(runtime.correction.views.object_mask.sum()))
     assert counts[1] < 0.5 * counts[0]  # twice the spacing: about a quarter of the object's Gaussians
 

@@ -14,7 +14,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from realissim.render.common import EPS2D, FOV_CLAMP
+from realissim.render.common import FOV_CLAMP
 
 
 @njit(cache=True, error_model="numpy")
@@ -95,7 +95,7 @@ def _limits(K, width, height):
 
 
 @njit(cache=True, error_model="numpy")
-def _project_one(mean, q, s, R, t_cw, K, lims):
+def _project_one(mean, q, s, R, t_cw, K, lims, eps2d):
     """Camera point, Σ_world, Σc, Jacobian, clamp flags and 2D covariance of one Gaussian in one camera."""
     t = (
         R[0, 0] * mean[0] + R[0, 1] * mean[1] + R[0, 2] * mean[2] + t_cw[0],
@@ -122,21 +122,25 @@ def _project_one(mean, q, s, R, t_cw, K, lims):
     # T = J Σc rows (J has zeros at (0,1) and (1,0)).
     T0 = (J[0] * sc[0] + J[1] * sc[2], J[0] * sc[1] + J[1] * sc[4], J[0] * sc[2] + J[1] * sc[5])
     T1 = (J[2] * sc[1] + J[3] * sc[2], J[2] * sc[3] + J[3] * sc[4], J[2] * sc[4] + J[3] * sc[5])
-    a = T0[0] * J[0] + T0[2] * J[1] + EPS2D
+    a = T0[0] * J[0] + T0[2] * J[1] + eps2d
     b = T0[1] * J[2] + T0[2] * J[3]
-    d = T1[1] * J[2] + T1[2] * J[3] + EPS2D
+    d = T1[1] * J[2] + T1[2] * J[3] + eps2d
     return t, r, qn, qlen, sc, J, (jx, jy, cu != u, cv != v), T0, T1, (a, b, d)
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def project_forward(means, quats, scales, R_CW, t_CW, Ks, width, height, near, far, mean2d, conic, depth, radius):
+def project_forward(
+    means, quats, scales, R_CW, t_CW, Ks, width, height, near, far, eps2d, mean2d, conic, depth, radius
+):
     """Fill mean2d (C,N,2) px, conic (C,N,3), depth (C,N) m and radius (C,N) int32 px (0 = culled)."""
     n_cams, n = depth.shape
     for i in prange(n):
         for c in range(n_cams):
             K = Ks[c]
             lims = _limits(K, width, height)
-            t, _, _, _, _, _, _, _, _, cov = _project_one(means[i], quats[i], scales[i], R_CW[c], t_CW[c], K, lims)
+            t, _, _, _, _, _, _, _, _, cov = _project_one(
+                means[i], quats[i], scales[i], R_CW[c], t_CW[c], K, lims, eps2d
+            )
             tz = t[2]
             depth[c, i] = tz
             radius[c, i] = 0
@@ -174,7 +178,9 @@ def _grad_m(gs, r):
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def project_backward(means, quats, scales, R_CW, t_CW, Ks, width, height, radius, conic, g_mean2d, g_conic, g_depth):
+def project_backward(
+    means, quats, scales, R_CW, t_CW, Ks, width, height, eps2d, radius, conic, g_mean2d, g_conic, g_depth
+):
     """Gradients (N,3), (N,4), (N,3) for means, quats, scales from those of mean2d, conic and depth."""
     n_cams, n = radius.shape
     g_means = np.zeros((n, 3))
@@ -187,7 +193,7 @@ def project_backward(means, quats, scales, R_CW, t_CW, Ks, width, height, radius
             K, R = Ks[c], R_CW[c]
             fx, fy = K[0, 0], K[1, 1]
             t, r, qn, qlen, _, J, clamp, T0, T1, _ = _project_one(
-                means[i], quats[i], scales[i], R, t_CW[c], K, _limits(K, width, height)
+                means[i], quats[i], scales[i], R, t_CW[c], K, _limits(K, width, height), eps2d
             )
             tx, ty, tz = t
             ca, cb, cc = conic[c, i, 0], conic[c, i, 1], conic[c, i, 2]

@@ -6,7 +6,15 @@ from typing import Literal
 
 from torch import Tensor
 
-from realissim.render.common import DEFAULT_FAR, DEFAULT_NEAR, StaticLayer, background_image, check_inputs, compose
+from realissim.render.common import (
+    DEFAULT_FAR,
+    DEFAULT_NEAR,
+    EPS2D,
+    StaticLayer,
+    background_image,
+    check_inputs,
+    compose,
+)
 from realissim.render.cpu import rasterize_cpu
 from realissim.render.gsplat_backend import gsplat_available, rasterize_gsplat
 from realissim.render.reference import rasterize_reference
@@ -26,17 +34,19 @@ def resolve_backend(backend: Backend, device_type: str) -> Literal["reference", 
     return "cpu" if device_type == "cpu" else "reference"
 
 
-def _accumulate(args: tuple, backend: Backend, static: StaticLayer | None) -> tuple[Tensor, Tensor]:
+def _accumulate(
+    args: tuple, backend: Backend, static: StaticLayer | None, eps2d: float = EPS2D
+) -> tuple[Tensor, Tensor]:
     """Check the inputs, pick the backend and return its accumulated features (C,H,W,4) and alpha (C,H,W)."""
     check_inputs(*args[:9])
     chosen = resolve_backend(backend, args[0].device.type)
     if chosen == "gsplat":
         if static is not None:
             raise ValueError("static layers are not supported by the gsplat backend; render static Gaussians too")
-        return rasterize_gsplat(*args)
+        return rasterize_gsplat(*args, eps2d=eps2d)
     if chosen == "cpu":
-        return rasterize_cpu(*args, static=static)
-    return rasterize_reference(*args, static=static)
+        return rasterize_cpu(*args, static=static, eps2d=eps2d)
+    return rasterize_reference(*args, static=static, eps2d=eps2d)
 
 
 def rasterize(
@@ -55,6 +65,7 @@ def rasterize(
     near: float = DEFAULT_NEAR,
     far: float = DEFAULT_FAR,
     static: StaticLayer | None = None,
+    eps2d: float = EPS2D,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Render world-frame 3D Gaussians into C pinhole cameras (differentiable).
 
@@ -73,6 +84,9 @@ def rasterize(
         near, far: Gaussians whose centre's camera depth is outside (near, far), m, are culled.
         static: a pre-rendered layer of static Gaussians (see `render_static`), composited at its own
             depth; not supported by the gsplat backend.
+        eps2d: px² added to every projected Gaussian's 2D covariance (a low-pass, as in 3DGS): the default keeps a
+            Gaussian smaller than a pixel from falling between pixel centres; smaller values render hard edges
+            harder (the twin's views, `TwinViews.eps2d`).
 
     Returns:
         rgb (C,H,W,3), alpha (C,H,W) accumulated opacity in [0, 1], and depth (C,H,W): the
@@ -80,7 +94,7 @@ def rasterize(
         scales, colors and opacities (and to `background`); not into `static`.
     """
     args = (means, quats, scales, colors, opacities, Ks, X_WCs, int(width), int(height), float(near), float(far))
-    acc, alpha = _accumulate(args, backend, static)
+    acc, alpha = _accumulate(args, backend, static, eps2d)
     bg = background_image(background, Ks.shape[0], int(height), int(width), acc)
     return compose(acc, alpha, bg)
 
@@ -99,13 +113,14 @@ def render_static(
     *,
     near: float = DEFAULT_NEAR,
     far: float = DEFAULT_FAR,
+    eps2d: float = EPS2D,
 ) -> StaticLayer:
     """Pre-render Gaussians that never move (ground, table) into a per-camera layer for `rasterize(static=...)`.
 
     Exact as long as no moving Gaussian sits between static ones along a ray (e.g. objects resting on
-    a table); otherwise the layer is composited as one surface at its expected depth.
+    a table); otherwise the layer is composited as one surface at its expected depth. `eps2d` as in `rasterize`.
     """
     args = (means, quats, scales, colors, opacities, Ks, X_WCs, int(width), int(height), float(near), float(far))
-    acc, alpha = _accumulate(args, backend, None)
+    acc, alpha = _accumulate(args, backend, None, eps2d)
     acc, alpha = acc.detach(), alpha.detach()
     return StaticLayer(rgb=acc[..., :3], alpha=alpha, depth_acc=acc[..., 3])

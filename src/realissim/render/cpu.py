@@ -20,7 +20,7 @@ from torch import Tensor
 
 from realissim.render import _project_kernels as pk
 from realissim.render import _raster_kernels as rk
-from realissim.render.common import StaticLayer, world_to_camera
+from realissim.render.common import EPS2D, StaticLayer, world_to_camera
 
 log = logging.getLogger(__name__)
 _warm = False
@@ -60,6 +60,7 @@ class _Rasterize(torch.autograd.Function):
         near: float,
         far: float,
         static: StaticLayer | None,
+        eps2d: float,
     ) -> tuple[Tensor, Tensor]:
         _set_threads()
         dtype = _np(means).dtype
@@ -71,7 +72,7 @@ class _Rasterize(torch.autograd.Function):
         conic = np.zeros((n_cams, n, 3), dtype)
         depth = np.zeros((n_cams, n), dtype)
         radius = np.zeros((n_cams, n), np.int32)
-        pk.project_forward(*arrays[:3], R_CW, t_CW, Ks64, width, height, near, far, mean2d, conic, depth, radius)
+        pk.project_forward(*arrays[:3], R_CW, t_CW, Ks64, width, height, near, far, eps2d, mean2d, conic, depth, radius)
         offsets, ids, rect = rk.bin_tiles(mean2d, conic, arrays[4], radius, depth, width, height)
         order = rk.balanced_order(offsets, numba.get_num_threads())
         statics = _static_arrays(static, (n_cams, height, width), dtype)
@@ -80,6 +81,7 @@ class _Rasterize(torch.autograd.Function):
         rk.raster_forward(mean2d, conic, arrays[4], arrays[3], depth, rect, offsets, ids, order, *statics, acc, t_final)
         ctx.arrays = (arrays, R_CW, t_CW, Ks64, mean2d, conic, depth, radius, offsets, ids, rect, statics, acc, t_final)
         ctx.size = (width, height)
+        ctx.eps2d = eps2d
         return torch.from_numpy(acc), torch.from_numpy(1.0 - t_final)
 
     @staticmethod
@@ -99,11 +101,11 @@ class _Rasterize(torch.autograd.Function):
             grads, offsets, ids, depth.shape[0], depth.shape[1]
         )
         g_means, g_quats, g_scales = pk.project_backward(
-            means, quats, scales, R_CW, t_CW, Ks64, width, height, radius, conic, g_mean2d, g_conic, g_depth
+            means, quats, scales, R_CW, t_CW, Ks64, width, height, ctx.eps2d, radius, conic, g_mean2d, g_conic, g_depth
         )
         out = [torch.from_numpy(g.astype(dtype, copy=False)) for g in (g_means, g_quats, g_scales, g_colors, g_opac)]
         needs = ctx.needs_input_grad
-        return (*(o if needs[i] else None for i, o in enumerate(out)), None, None, None, None, None, None, None)
+        return (*(o if needs[i] else None for i, o in enumerate(out)), None, None, None, None, None, None, None, None)
 
 
 def rasterize_cpu(
@@ -119,6 +121,7 @@ def rasterize_cpu(
     near: float,
     far: float,
     static: StaticLayer | None = None,
+    eps2d: float = EPS2D,
 ) -> tuple[Tensor, Tensor]:
     """Accumulated features acc (C,H,W,4: premultiplied RGB, alpha-weighted depth) and alpha (C,H,W)."""
     global _warm
@@ -131,7 +134,9 @@ def rasterize_cpu(
     if not _warm:
         start = time.perf_counter()
         log.info("compiling the CPU rasteriser kernels (cached after the first run)")
-    result = _Rasterize.apply(means, quats, scales, colors, opacities, Ks, X_WCs, width, height, near, far, static)
+    result = _Rasterize.apply(
+        means, quats, scales, colors, opacities, Ks, X_WCs, width, height, near, far, static, float(eps2d)
+    )
     if not _warm:
         _warm = True
         log.info("CPU rasteriser ready in %.1f s", time.perf_counter() - start)

@@ -33,6 +33,7 @@ def rasterize_gsplat(
     height: int,
     near: float,
     far: float,
+    eps2d: float = EPS2D,
 ) -> tuple[Tensor, Tensor]:
     """Accumulated features acc (C,H,W,4: premultiplied RGB, alpha-weighted depth) and alpha (C,H,W)."""
     if not gsplat_available():
@@ -54,7 +55,7 @@ def rasterize_gsplat(
         int(height),
         near_plane=float(near),
         far_plane=float(far),
-        eps2d=EPS2D,
+        eps2d=float(eps2d),
         packed=False,
         render_mode="RGB+D",
         rasterize_mode="classic",

@@ -59,8 +59,10 @@ def project(
     height: int,
     near: float,
     far: float,
+    eps2d: float = EPS2D,
 ) -> Projection:
-    """EWA-project world-frame Gaussians into C pinhole cameras (OpenCV axes, X_WC camera-to-world)."""
+    """EWA-project world-frame Gaussians into C pinhole cameras (OpenCV axes, X_WC camera-to-world); `eps2d` px² is
+    added to each 2D covariance."""
     R_CW, t_CW = world_to_camera(X_WCs)
     tc = torch.einsum("cij,nj->cni", R_CW, means) + t_CW[:, None, :]
     cov_c = torch.einsum("cij,njk,clk->cnil", R_CW, covariance(quats, scales), R_CW)
@@ -78,7 +80,7 @@ def project(
     zero = torch.zeros_like(z)
     J = torch.stack([fx / z, zero, -fx * jx / (z * z), zero, fy / z, -fy * jy / (z * z)], dim=-1)
     J = J.reshape(*z.shape, 2, 3)
-    cov2d = J @ cov_c @ J.transpose(-1, -2) + EPS2D * torch.eye(2, dtype=means.dtype, device=means.device)
+    cov2d = J @ cov_c @ J.transpose(-1, -2) + eps2d * torch.eye(2, dtype=means.dtype, device=means.device)
     a, b, c = cov2d[..., 0, 0], cov2d[..., 0, 1], cov2d[..., 1, 1]
     det = a * c - b * b
     ok = in_depth & (det > 0)
@@ -150,9 +152,10 @@ def rasterize_reference(
     near: float,
     far: float,
     static: StaticLayer | None = None,
+    eps2d: float = EPS2D,
 ) -> tuple[Tensor, Tensor]:
     """Accumulated features acc (C,H,W,4: premultiplied RGB, alpha-weighted depth) and alpha (C,H,W)."""
-    proj = project(means, quats, scales, Ks, X_WCs, width, height, near, far)
+    proj = project(means, quats, scales, Ks, X_WCs, width, height, near, far, eps2d)
     n_cams = Ks.shape[0]
     ys, xs = torch.meshgrid(
         torch.arange(height, dtype=means.dtype, device=means.device),

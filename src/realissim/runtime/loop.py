@@ -22,6 +22,7 @@ from numpy.typing import ArrayLike
 from realissim.assets.appearance import AppearanceConfig
 from realissim.real.follower import Follower, FollowerConfig
 from realissim.real.interfaces import CameraStalledError, RealWorld
+from realissim.render.common import EPS2D
 from realissim.runtime.desync import DesyncConfig, DesyncDetector
 from realissim.runtime.lead import LeadBound
 from realissim.spec.scene import SceneSpec
@@ -61,6 +62,9 @@ class RuntimeConfig:
     """Calibration fits the twin's Gaussian colours to the real cameras' images."""
     appearance: AppearanceConfig = field(default_factory=AppearanceConfig)
     """How the twin's Gaussians are laid out on its bodies (`assets.appearance`); the real world is unaffected."""
+    eps2d: float = EPS2D
+    """px² the renderer adds to every projected Gaussian's 2D covariance in the twin's camera views (`TwinViews.eps2d`:
+    the correction, the colour fit, the search); the policy's virtual cameras keep `render.common.EPS2D`."""
     color_fit: ColorFitConfig = field(default_factory=ColorFitConfig)
     shadows: ShadowFitConfig = field(default_factory=ShadowFitConfig)
     """Calibration looks for the key light's shadow in the images (`realissim.twin.shadows`); where there is one,
@@ -188,7 +192,7 @@ class Runtime:
                 raise ValueError("correct needs a world with cameras")
             cam = world.cameras[0]
             cams = [c.resized(cam.width, cam.height) for c in scene.cameras]
-            views = TwinViews(scene, self.twin.model, cameras=cams, appearance=config.appearance)
+            views = TwinViews(scene, self.twin.model, cameras=cams, appearance=config.appearance, eps2d=config.eps2d)
             # A wrench acts for `correct_every` frames: the integral's and the damping's time step.
             frame_dt = self.twin.dt * config.correct_every
             self.correction = VisualCorrection(

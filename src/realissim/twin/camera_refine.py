@@ -102,7 +102,7 @@ def refine_cameras(
                 quats = quat_multiply(_matrix_quat(M_R).expand(len(scene), 4), scene.quats)
                 rgb, _, _ = rasterize(
                     means, quats, scene.scales, scene.colors, scene.opacities, views.Ks[c : c + 1], X[None],
-                    views.width, views.height, background, views.backend,
+                    views.width, views.height, background, views.backend, eps2d=views.eps2d,
                 )  # fmt: skip
                 seen = _warp(target[c], K, focal.exp(), principal) if config.intrinsics else target[c]
                 loss = ((rgb[0] - seen) ** 2).mean()

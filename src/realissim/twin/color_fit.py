@@ -102,7 +102,7 @@ def fit_colors(
         colors = torch.sigmoid(logits) * shade
         rgb, _, _ = rasterize(
             cat[0], cat[1], cat[2], colors, cat[4], views.Ks, views.X_WCs, views.width, views.height,
-            torch.sigmoid(bg), views.backend,
+            torch.sigmoid(bg), views.backend, eps2d=views.eps2d,
         )  # fmt: skip
         loss = ((rgb - target) ** 2).mean()
         losses.append(float(loss.detach()))
@@ -151,7 +151,7 @@ def _coverage(cat: list[Tensor], views: TwinViews) -> Tensor:
     colors = cat[3].detach().clone().requires_grad_()
     rgb, _, _ = rasterize(
         cat[0], cat[1], cat[2], colors, cat[4], views.Ks, views.X_WCs, views.width, views.height,
-        torch.zeros(len(views.cameras), 3), views.backend,
+        torch.zeros(len(views.cameras), 3), views.backend, eps2d=views.eps2d,
     )  # fmt: skip
     out = []
     for c in range(len(views.cameras)):

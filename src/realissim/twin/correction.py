@@ -327,7 +327,7 @@ class VisualCorrection:
             args = [torch.cat([a, b]) for a, b in zip(objects(), fixed.args())]
             rgb, _, _ = rasterize(
                 *args, window.Ks, views.X_WCs, window.width, window.height, views.background, views.backend,
-                static=window.static_layer,
+                static=window.static_layer, eps2d=views.eps2d,
             )  # fmt: skip
             if cfg.exposure:
                 if gain is None:  # from the render at the twin's pose; fixed for this frame's steps

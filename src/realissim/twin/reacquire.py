@@ -291,7 +291,7 @@ class _Scorer:
         with torch.no_grad():
             rgb, _, _ = rasterize(
                 *tensors, win.Ks, views.X_WCs, win.width, win.height, views.background, views.backend,
-                static=win.static_layer,
+                static=win.static_layer, eps2d=views.eps2d,
             )  # fmt: skip
         r, t = rgb.cpu().numpy(), self._seen
         gain = (r * t).sum(axis=(1, 2)) / np.maximum((r * r).sum(axis=(1, 2)), 1e-9)

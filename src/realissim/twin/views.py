@@ -19,6 +19,7 @@ from torch import Tensor
 
 from realissim.assets.appearance import AppearanceConfig
 from realissim.render import Backend, StaticLayer, rasterize, render_static, resolve_backend
+from realissim.render.common import EPS2D
 from realissim.render.gaussians import Gaussians, place
 from realissim.spec.scene import CameraSpec, SceneSpec
 from realissim.twin.appearance import SceneAppearance
@@ -75,9 +76,11 @@ class TwinViews:
         appearance: AppearanceConfig = AppearanceConfig(),
         base_dir: str | Path | None = None,
         device: str = "cpu",
+        eps2d: float = EPS2D,
     ) -> None:
         """`cameras` default to the scene's; all must share one image size. Gaussians come from the scene
-        (or procedural, see `realissim.assets.appearance`)."""
+        (or procedural, see `realissim.assets.appearance`). `eps2d` px² is the renderer's low-pass on every projected
+        Gaussian in these views (`render.rasterize`), here and wherever the twin renders into them."""
         cams = tuple(cameras if cameras is not None else scene.cameras)
         if not cams:
             raise ValueError("cameras: the scene has none and none were given")
@@ -88,6 +91,7 @@ class TwinViews:
         self.width, self.height = sizes.pop()
         self.device = torch.device(device)
         self.backend = resolve_backend(backend, self.device.type)
+        self.eps2d = float(eps2d)
         self.appearance = SceneAppearance.from_scene(scene, model, base_dir=base_dir, config=appearance)
         f32 = torch.float32
         self.Ks = torch.tensor(np.stack([c.K_array for c in cams]), dtype=f32, device=self.device)
@@ -114,7 +118,7 @@ class TwinViews:
     def _render_static_layer(self) -> None:
         if self.backend != "gsplat":
             self._lit_layer = render_static(
-                *self.static.args(), self.Ks, self.X_WCs, self.width, self.height, self.backend
+                *self.static.args(), self.Ks, self.X_WCs, self.width, self.height, self.backend, eps2d=self.eps2d
             )
             self.static_layer = self._lit_layer
 
@@ -139,7 +143,9 @@ class TwinViews:
                 ground = self._lit_layer.alpha
             else:
                 s = self.static
-                _, ground, _ = rasterize(*s.args(), self.Ks, self.X_WCs, self.width, self.height, None, self.backend)
+                _, ground, _ = rasterize(
+                    *s.args(), self.Ks, self.X_WCs, self.width, self.height, None, self.backend, eps2d=self.eps2d
+                )
         table = (ground > 0.95) & (in_front < 0.05)
         light = fit_shadow_light(geometry, xpos, xquat, table, images, self.Ks, self.X_WCs, config, self.backend)
         self.set_shadow(light)
@@ -237,7 +243,9 @@ class TwinViews:
         (nbody,4) wxyz: where they stand in front of the ground in each camera."""
         with torch.no_grad():
             g = self.moving(xpos, xquat)
-            _, alpha, _ = rasterize(*g.args(), self.Ks, self.X_WCs, self.width, self.height, None, self.backend)
+            _, alpha, _ = rasterize(
+                *g.args(), self.Ks, self.X_WCs, self.width, self.height, None, self.backend, eps2d=self.eps2d
+            )
         return alpha
 
     def render(self, data: mujoco.MjData) -> tuple[Tensor, Tensor, Tensor]:
@@ -259,6 +267,7 @@ class TwinViews:
                 self.background,
                 self.backend,
                 static=self.static_layer,
+                eps2d=self.eps2d,
             )
 
 
