@@ -178,10 +178,9 @@ def _grad_m(gs, r):
 
 
 @njit(cache=True, parallel=True, error_model="numpy")
-def project_backward(
-    means, quats, scales, R_CW, t_CW, Ks, width, height, eps2d, radius, conic, g_mean2d, g_conic, g_depth
-):
-    """Gradients (N,3), (N,4), (N,3) for means, quats, scales from those of mean2d, conic and depth."""
+def project_backward(means, quats, scales, R_CW, t_CW, Ks, width, height, radius, conic, g_mean2d, g_conic, g_depth):
+    """Gradients (N,3), (N,4), (N,3) for means, quats, scales from those of mean2d, conic and depth (the low-pass
+    eps2d is a constant of the covariance: its gradient goes through `conic`, so it is not needed here)."""
     n_cams, n = radius.shape
     g_means = np.zeros((n, 3))
     g_quats = np.zeros((n, 4))
@@ -193,7 +192,7 @@ def project_backward(
             K, R = Ks[c], R_CW[c]
             fx, fy = K[0, 0], K[1, 1]
             t, r, qn, qlen, _, J, clamp, T0, T1, _ = _project_one(
-                means[i], quats[i], scales[i], R, t_CW[c], K, _limits(K, width, height), eps2d
+                means[i], quats[i], scales[i], R, t_CW[c], K, _limits(K, width, height), 0.0
             )
             tx, ty, tz = t
             ca, cb, cc = conic[c, i, 0], conic[c, i, 1], conic[c, i, 2]

@@ -81,7 +81,6 @@ class _Rasterize(torch.autograd.Function):
         rk.raster_forward(mean2d, conic, arrays[4], arrays[3], depth, rect, offsets, ids, order, *statics, acc, t_final)
         ctx.arrays = (arrays, R_CW, t_CW, Ks64, mean2d, conic, depth, radius, offsets, ids, rect, statics, acc, t_final)
         ctx.size = (width, height)
-        ctx.eps2d = eps2d
         return torch.from_numpy(acc), torch.from_numpy(1.0 - t_final)
 
     @staticmethod
@@ -101,7 +100,7 @@ class _Rasterize(torch.autograd.Function):
             grads, offsets, ids, depth.shape[0], depth.shape[1]
         )
         g_means, g_quats, g_scales = pk.project_backward(
-            means, quats, scales, R_CW, t_CW, Ks64, width, height, ctx.eps2d, radius, conic, g_mean2d, g_conic, g_depth
+            means, quats, scales, R_CW, t_CW, Ks64, width, height, radius, conic, g_mean2d, g_conic, g_depth
         )
         out = [torch.from_numpy(g.astype(dtype, copy=False)) for g in (g_means, g_quats, g_scales, g_colors, g_opac)]
         needs = ctx.needs_input_grad
