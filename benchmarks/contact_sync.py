@@ -80,14 +80,18 @@ class Args:
     """With `--sweep`: run only these profile indices (default: all `--profiles`)."""
     eps2d: float | None = None
     """The renderer's low-pass in the twin's views, px² (`RuntimeConfig.eps2d`; None: its default)."""
+    iterations: int | None = None
+    """Adam steps of the visual correction per frame (`CorrectionConfig.iterations`; None: its default)."""
 
 
 def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, every: int = 1,
         calibrate_at: Literal["goal", "start"] = "start", shadows: bool = True,
-        eps2d: float | None = None) -> dict:  # fmt: skip
+        eps2d: float | None = None, iterations: int | None = None) -> dict:  # fmt: skip
     runtime = RuntimeConfig(correct=correct, correct_every=every, shadows=ShadowFitConfig(enabled=shadows))
     if eps2d is not None:
         runtime = replace(runtime, eps2d=eps2d)
+    if iterations is not None:
+        runtime = replace(runtime, correction=replace(runtime.correction, iterations=iterations))
     config = contact_rich(seed, seconds=seconds, gap=gap, runtime=runtime, calibrate_at=calibrate_at)
     out = run_scenario(make("pusht"), config, label=label)
     out.pop("series")
@@ -111,12 +115,14 @@ def main(args: Args) -> dict:
             args.calibrate_at,
             args.shadows,
             args.eps2d,
+            args.iterations,
         )
     print(
         f"contact-rich, gap {args.gap or 'default'}, seed {args.seed}, {args.seconds:g} s, lock-step, "
         f"correcting every {args.correct_every} frame(s), calibrated at the {args.calibrate_at}"
         + ("" if args.shadows else ", no shadows rendered")
         + ("" if args.eps2d is None else f", twin low-pass {args.eps2d:g} px²")
+        + ("" if args.iterations is None else f", {args.iterations} correction steps")
     )
     print(f"| {'metric':<38} | {'correction on':>13} | {'off':>9} |")
     print(f"|{'-' * 40}|{'-' * 15}|{'-' * 11}|")
@@ -133,7 +139,7 @@ def sweep(args: Args) -> dict:
     rows: dict = {}
     key = {"sweep_seed": args.sweep_seed, "seed": args.seed, "seconds": args.seconds,
            "correct_every": args.correct_every, "calibrate_at": args.calibrate_at, "shadows": args.shadows,
-           "eps2d": args.eps2d}  # fmt: skip
+           "eps2d": args.eps2d, "iterations": args.iterations}  # fmt: skip
     if args.json is not None and args.json.exists():
         done = json.loads(args.json.read_text())
         if done.pop("_key", None) == key:
@@ -146,7 +152,7 @@ def sweep(args: Args) -> dict:
             path = Path(folder) / f"{name}.json"
             save_gap(gap, path)
             out = run(path, args.seconds, args.seed, True, name, args.correct_every, args.calibrate_at, args.shadows,
-                      args.eps2d)  # fmt: skip
+                      args.eps2d, args.iterations)  # fmt: skip
             rows[name] = {"set": "tune" if i < args.tune else "held-out", **describe(gap), **out}
             if args.json is not None:
                 args.json.write_text(json.dumps(jsonable({"_key": key, **rows}), indent=2))

@@ -56,12 +56,12 @@ def test_no_force_when_the_twin_already_explains_the_images(setup) -> None:
     # The optimised window renders the full image's pixels up to float rounding. Adam's normalised steps
     # still stir once the first step has left the optimum, mostly vertically and in tilt, which the table
     # takes for a resting object: what acts on it in the plane is far below the pull of a 15 mm offset
-    # (and below the T's static friction, about 1.2 N).
+    # and below the T's static friction (about 1.2 N); five steps stir more than three (0.7 against < 0.5 N).
     assert result.loss_before == pytest.approx(0.0, abs=1e-9)
     normals = support_normals(twin.model, twin.data, correction.object_bodies)
     acting = planar_wrenches(result.wrenches, normals)[0]
     assert np.linalg.norm(acting[:3]) < 0.1 * np.linalg.norm(offset.wrenches[0, :3]), (result.wrenches, offset.wrenches)
-    assert np.linalg.norm(acting[:3]) < 0.5, acting
+    assert np.linalg.norm(acting[:3]) < 1.0, acting
     assert abs(acting[5]) / correction.config.rot_stiffness < np.radians(0.5), acting
 
 
@@ -127,7 +127,8 @@ def test_integral_action_grows_against_a_persistent_disagreement(setup) -> None:
         forces[f"{integral} after reset"] = _correct(twin, correction, images).wrenches[0, 0]
     steady, grown = forces[0.0], forces[10.0]
     assert max(steady) < 2.0 * min(steady[5:])  # no growth without it
-    assert grown[-1] > 2.5 * steady[-1] and grown[-1] > grown[10] > grown[0] > 0
+    # With five steps the leaky sum levels off by frame 10 (19.9 N) at twice the steady pull (10.4 N).
+    assert grown[-1] > 1.5 * steady[-1] and grown[10] > 1.5 * grown[0] > 0
     assert forces["10.0 after reset"] == pytest.approx(grown[0], rel=0.05)
 
 

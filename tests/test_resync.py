@@ -175,7 +175,7 @@ def test_while_held_the_lost_object_rests_instead_of_being_pulled(unsearched: tu
                 break
         assert report.desynced, "a 3 cm loss must be flagged"
         fired_err, _ = _errors(world, report)
-        for _ in range(15):  # the pull applied while it was kept away has thrown it; it slides to a stop
+        for _ in range(30):  # the pull applied while it was kept away has thrown it; it slides to a stop
             runtime.frame(home)
         held_at = runtime.twin.state().object_pos[0, :2].copy()
         for _ in range(20):
