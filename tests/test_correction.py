@@ -132,6 +132,34 @@ def test_integral_action_grows_against_a_persistent_disagreement(setup) -> None:
     assert forces["10.0 after reset"] == pytest.approx(grown[0], rel=0.05)
 
 
+def test_integral_empties_once_the_object_moves_along_its_pull(setup) -> None:
+    """Wound up against an object that does not move (20 frames), the integral empties the frame the object moves
+    along its pull fast enough to cover the error within the frame (what held it let go): the wrench is then what
+    the frame's own finding and the damping give. Moving against the pull (the twin's pusher pushing it where the
+    real one is not), the sum stays."""
+    twin, views, _ = setup
+    twin.reset()
+    images = _render_with_t_moved(twin, views, dx=0.01)
+    robot_qpos = twin.layout.robot_qpos
+    xpos, xquat, xipos = VisualCorrection(views, twin.model, frame_dt=twin.dt).poses(
+        twin.data.qpos, robot_qpos, twin.data.qpos[robot_qpos]
+    )
+    still, along = np.zeros((1, 6)), np.zeros((1, 6))
+    along[0, 0] = 1.0  # m/s towards the seen T: 17 mm a frame, more than the ≤ 7.5 mm five steps can find
+
+    def pull(integral: float, velocity: np.ndarray, wind: int) -> float:
+        config = CorrectionConfig(integral=integral, integral_discharge=(0.05, 0.5), max_force=1e3)  # no cap to hide it
+        correction = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)
+        for _ in range(wind):
+            correction(xpos, xquat, xipos, images, still)
+        return float(correction(xpos, xquat, xipos, images, velocity).wrenches[0, 0])
+
+    wound = pull(10.0, still, 20)
+    assert wound > 1.5 * pull(0.0, still, 0) > 0  # the sum has grown
+    assert pull(10.0, along, 20) == pytest.approx(pull(0.0, along, 0), rel=1e-6)  # emptied
+    assert pull(10.0, -along, 20) > pull(0.0, -along, 0) + 0.5 * wound  # kept against the pull
+
+
 def test_color_fit_absorbs_a_different_appearance(setup) -> None:
     from realissim.twin.color_fit import ColorFitConfig, fit_colors
 

@@ -94,6 +94,10 @@ class CorrectionConfig:
     growing force instead of the few newtons Adam's bounded steps give (docs/decisions.md). 0: off."""
     integral_leak: float = 0.5
     """rigid: time constant of the integral's leak, s."""
+    integral_discharge: tuple[float, float] | None = None
+    """rigid: empty an object's integral (translation and rotation apart) once the object moves along its pull faster
+    than this (m/s, rad/s) and fast enough to cover the error found this frame within the frame: the sum has done
+    its work, and held on, it throws an object the moment what held it lets go. None: never."""
     crop_margin: int | None = 16
     """Optimise over a window of each image around the objects (their projections at the twin's pose, grown by
     this many px; None: whole images): far pixels carry no gradient to them (docs/decisions.md)."""
@@ -108,6 +112,10 @@ class CorrectionConfig:
     def __post_init__(self) -> None:
         if self.iterations < 1:
             raise ValueError(f"iterations: must be ≥ 1, got {self.iterations}")
+        if self.integral_discharge is not None and not (
+            len(self.integral_discharge) == 2 and all(v >= 0 for v in self.integral_discharge)
+        ):
+            raise ValueError(f"integral_discharge: must be None or two speeds ≥ 0, got {self.integral_discharge}")
         if not self.support_margin >= 0:
             raise ValueError(f"support_margin: must be ≥ 0 m, got {self.support_margin}")
         if self.crop_margin is not None and self.crop_margin < 0:
@@ -392,6 +400,15 @@ class VisualCorrection:
         if cfg.integral > 0:
             step = np.concatenate([found, turned], axis=1)
             self._accumulated = self._accumulated * np.exp(-self._frame_dt / cfg.integral_leak) + step
+            if cfg.integral_discharge is not None and velocity is not None:
+                v = np.asarray(velocity, dtype=np.float64)
+                for part, least in zip((slice(0, 3), slice(3, 6)), cfg.integral_discharge):
+                    acc = self._accumulated[:, part]
+                    norm = np.linalg.norm(acc, axis=1)
+                    along = np.sum(v[:, part] * acc, axis=1) / np.maximum(norm, 1e-12)
+                    error = np.linalg.norm(step[:, part], axis=1)
+                    empty = (norm > 0) & (along > least) & (along * self._frame_dt >= error)
+                    self._accumulated[empty, part] = 0.0
             gains = np.array([cfg.stiffness] * 3 + [cfg.rot_stiffness] * 3)
             pull = gains * cfg.integral * self._frame_dt * self._accumulated
             limit = np.array([cfg.max_force] * 3 + [np.inf] * 3)
