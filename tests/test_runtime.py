@@ -167,8 +167,9 @@ def test_realtime_scenario_runs_on_the_wall_clock() -> None:
     assert 1.0 < out["loop_hz"] < 200 and np.isfinite(out["pos_err_median_mm"])
     # The episode's clock starts after the calibration (seconds of wall time): the hand pushes the T at 1 s of the
     # episode, not during the fit. The twin runs an iteration behind the wall clock, so it first sees the 5 cm push
-    # at 0.93–0.95 s of its own time (measured), and re-acquisition has taken most of it back by 1.0 s (the error
-    # there 2–3 cm, once 1.95 cm): the check is where the push first shows, not how large it still is at 1 s.
+    # at 0.93–0.95 s of its own time (four runs; before 0.9 s in a fifth), and re-acquisition has taken most of it
+    # back by 1.0 s (the error there 2.0–4.3 cm in seven runs, 1.95 cm in one CI run): the check is where the push
+    # first shows, not how large it still is at 1.0 s.
     time_s, err = np.asarray(out["series"]["time"]), np.asarray(out["series"]["pos_err"])
     seen = time_s[err > 0.04]
     assert len(seen) > 0 and 0.5 < seen[0] < 1.5, seen[:3]

@@ -97,7 +97,9 @@ class CorrectionConfig:
     integral_discharge: tuple[float, float] | None = None
     """rigid: empty an object's integral (translation and rotation apart) once the object moves along its pull faster
     than this (m/s, rad/s) and fast enough to cover the error found this frame within the frame: the sum has done
-    its work, and held on, it throws an object the moment what held it lets go. None: never."""
+    its work, and held on, it throws an object the moment what held it lets go. None: never (the default: over 12
+    contact-rich seeds (0, 0) lowered the median on 11 but moved the tails around rather than shrinking them;
+    docs/decisions.md, "What sets the contact-rich tails")."""
     crop_margin: int | None = 16
     """Optimise over a window of each image around the objects (their projections at the twin's pose, grown by
     this many px; None: whole images): far pixels carry no gradient to them (docs/decisions.md)."""
