@@ -137,13 +137,11 @@ def test_integral_empties_once_the_object_moves_along_its_pull(setup) -> None:
     along its pull fast enough to cover the error within the frame (what held it let go): the wrench is then what
     the frame's own finding and the damping give. Moving against the pull (the twin's pusher pushing it where the
     real one is not), the sum stays."""
-    twin, views, _ = setup
+    twin, views, shared = setup
     twin.reset()
     images = _render_with_t_moved(twin, views, dx=0.01)
     robot_qpos = twin.layout.robot_qpos
-    xpos, xquat, xipos = VisualCorrection(views, twin.model, frame_dt=twin.dt).poses(
-        twin.data.qpos, robot_qpos, twin.data.qpos[robot_qpos]
-    )
+    xpos, xquat, xipos = shared.poses(twin.data.qpos, robot_qpos, twin.data.qpos[robot_qpos])
     still, along = np.zeros((1, 6)), np.zeros((1, 6))
     along[0, 0] = 1.0  # m/s towards the seen T: 17 mm a frame, more than the ≤ 7.5 mm five steps can find
 

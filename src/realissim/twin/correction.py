@@ -405,12 +405,10 @@ class VisualCorrection:
             if cfg.integral_discharge is not None and velocity is not None:
                 v = np.asarray(velocity, dtype=np.float64)
                 for part, least in zip((slice(0, 3), slice(3, 6)), cfg.integral_discharge):
-                    acc = self._accumulated[:, part]
-                    norm = np.linalg.norm(acc, axis=1)
-                    along = np.sum(v[:, part] * acc, axis=1) / np.maximum(norm, 1e-12)
+                    acc = self._accumulated[:, part]  # an empty sum has no direction: `along` is 0 there
+                    along = np.sum(v[:, part] * acc, axis=1) / np.maximum(np.linalg.norm(acc, axis=1), 1e-12)
                     error = np.linalg.norm(step[:, part], axis=1)
-                    empty = (norm > 0) & (along > least) & (along * self._frame_dt >= error)
-                    self._accumulated[empty, part] = 0.0
+                    self._accumulated[(along > least) & (along * self._frame_dt >= error), part] = 0.0
             gains = np.array([cfg.stiffness] * 3 + [cfg.rot_stiffness] * 3)
             pull = gains * cfg.integral * self._frame_dt * self._accumulated
             limit = np.array([cfg.max_force] * 3 + [np.inf] * 3)
