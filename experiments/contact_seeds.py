@@ -10,6 +10,7 @@ seed's tail, so compare settings on means and on per-seed counts over a dozen se
 
     python experiments/contact_seeds.py --seeds 0 1 2 3 4 5 6 7 8 9 10 11 --out seeds.jsonl
     python experiments/contact_seeds.py --discharge 0 0 --out discharge.jsonl   # CorrectionConfig.integral_discharge
+    python experiments/contact_seeds.py --lead-path 1.0 --out path.jsonl   # RuntimeConfig.lead_path_s
 
 Run one at a time: two lock-step pairs at once on a 2-core machine ran ten times slower each (the rasteriser's and
 torch's threads contend), not two.
@@ -39,6 +40,7 @@ KEYS = (
     ("detector_recall", "recall"),
     ("false_alarms_per_min", "false /min"),
     ("reacquisitions", "re-acq."),
+    ("moving_fraction", "T moving"),
 )
 
 
@@ -56,6 +58,8 @@ class Args:
     """`CorrectionConfig.integral`, 1/s (None: its default)."""
     discharge: tuple[float, float] | None = None
     """`CorrectionConfig.integral_discharge` (m/s, rad/s; None: its default)."""
+    lead_path: float | None = None
+    """`RuntimeConfig.lead_path_s`, s (None: its default)."""
     threads: int | None = None
     """Torch (and rasteriser) threads (None: torch's default)."""
     out: Path = Path("contact_seeds.jsonl")
@@ -71,9 +75,11 @@ def main(args: Args) -> list[dict]:
     if args.discharge is not None:
         correction = replace(correction, integral_discharge=tuple(args.discharge))
     runtime = replace(runtime, correction=correction)
+    if args.lead_path is not None:
+        runtime = replace(runtime, lead_path_s=args.lead_path)
     discharge = list(correction.integral_discharge) if correction.integral_discharge else None
     settings = {"gap": str(args.gap) if args.gap else None, "seconds": args.seconds, "integral": correction.integral,
-                "discharge": discharge}  # fmt: skip
+                "discharge": discharge, "lead_path_s": runtime.lead_path_s}  # fmt: skip
     rows = {}
     if args.out.exists():
         for line in args.out.read_text().splitlines():

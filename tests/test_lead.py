@@ -7,10 +7,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from realissim.assets import panda
+from realissim.expert.scripted import joint_trajectory, sample_path
+from realissim.real.follower import FollowerConfig
 from realissim.real.surrogate import Surrogate, SurrogateConfig
 from realissim.runtime import Runtime, RuntimeConfig
 from realissim.runtime.lead import LeadBound
 from realissim.spec.scene import SceneSpec
+from realissim.twin.kinematics import PusherIK
 from realissim.twin.physics import TwinPhysics
 
 
@@ -39,6 +43,64 @@ def test_bound_shortens_a_far_step_onto_the_segment_and_never_steps_back(scene: 
         bound.bound(np.full(7, np.nan), q_real, q_real)
     with pytest.raises(ValueError, match="max_lead"):
         LeadBound(twin.model, twin.layout.robot_qpos, 0.0)
+
+
+def _off_path(scene: SceneSpec, path_frames: int | None) -> tuple[float, int]:
+    """A tip path that travels 12 cm at hover height, then comes straight down (one target a frame, 60 fps); the
+    real arm follows the targets 12 frames late. The largest distance (m) of the bounded desired tip from the path,
+    and the frames it took to reach the path's end."""
+    twin = TwinPhysics(scene)
+    bound = LeadBound(twin.model, twin.layout.robot_qpos, 0.01, path_frames)
+    ik = PusherIK(scene)
+    corner = np.array([0.06, 0.0, 0.06])
+    start, bottom = corner - [0.12, 0.0, 0.0], corner - [0.0, 0.0, 0.045]
+    tips = sample_path(np.array([start, corner, bottom]), 0.6, 1 / 60, accel=6.0)
+    q_start = ik.solve(start, np.asarray(scene.robot.home))
+    targets = joint_trajectory(ik, tips, q_start, panda.VELOCITY_LIMIT, 1 / 60)
+    desired, worst = q_start, 0.0
+    for i in range(len(targets) + 60):
+        target, real = targets[min(i, len(targets) - 1)], targets[max(0, min(i - 12, len(targets) - 1))]
+        desired, _ = bound.bound(target, desired, real)
+        tip = bound.tip(desired)
+        travel = np.linalg.norm(tip - np.clip(tip, start, corner))  # from the hover leg, an x-aligned segment
+        down = np.linalg.norm(tip - np.clip(tip, bottom, corner))  # from the vertical leg
+        worst = max(worst, min(travel, down))
+        if np.linalg.norm(tip - bottom) < 1e-3:
+            return worst, i
+    return worst, -1
+
+
+def test_with_a_path_the_bounded_tip_turns_the_corner_instead_of_cutting_it(scene: SceneSpec) -> None:
+    # Straight for the latest target, the lagging desired tip comes down diagonally while still travelling.
+    cut, _ = _off_path(scene, None)
+    assert cut > 0.01  # measured 18 mm
+    # Along the policy's targets in order, it stays on the path (the joints' interpolation between targets a
+    # frame apart bends it by well under a millimetre: measured 0.05 mm) and arrives as soon.
+    kept, frames = _off_path(scene, 30)
+    assert kept < 0.001 and frames == _off_path(scene, None)[1]
+    # A path kept too short to cover the lag cuts the corner again (measured 15 mm).
+    short, _ = _off_path(scene, 2)
+    assert short > 0.01
+    with pytest.raises(ValueError, match="path_frames"):
+        LeadBound(TwinPhysics(scene).model, TwinPhysics(scene).layout.robot_qpos, 0.01, 0)
+
+
+def test_a_path_the_real_arm_cannot_close_on_gives_way_to_the_latest_target(scene: SceneSpec) -> None:
+    # The real arm stays where it is (held by contact, say). The first target is far ahead of it, the latest near:
+    # along the path the desired joints wait at the bound on the way to the first, then, stalled, head for the
+    # latest as the bound without a path does at once.
+    twin = TwinPhysics(scene)
+    bound = LeadBound(twin.model, twin.layout.robot_qpos, 0.01, path_frames=60)
+    q_real = np.asarray(scene.robot.home, dtype=np.float64)
+    far, near = q_real + np.array([0.4, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]), q_real + 1e-3
+    desired, _ = bound.bound(far, q_real, q_real)
+    assert 0 < np.abs(desired - q_real).max() < 0.1
+    steps = []
+    for _ in range(LeadBound.STALL_FRAMES + 2):
+        desired, _ = bound.bound(near, desired, q_real)
+        steps.append(desired)
+    assert np.array_equal(steps[0], steps[LeadBound.STALL_FRAMES - 1])  # waiting on the way to the first
+    assert np.array_equal(steps[-1], near) and bound.behind == 0  # then given way to the latest
 
 
 def _tip_gaps(scene: SceneSpec, **changes: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -75,3 +137,24 @@ def test_the_twin_arm_waits_for_the_real_one_and_still_arrives(scene: SceneSpec)
     gaps, leads, miss = _tip_gaps(scene)
     assert leads[0] > 0.1 and gaps.max() < 0.013
     assert np.abs(miss).max() < 0.02
+
+
+def test_a_target_the_arms_cannot_reach_does_not_stall_the_path(scene: SceneSpec) -> None:
+    # The elbow's target lies inside the follower's margin at its limit (0.1 rad here): the real arm stops short of
+    # it, further than the bound from its tip. Clipped to what the arms reach before bounding, the desired joints
+    # arrive there and go on along the path to the next target; bounded towards the unreachable tip, they would
+    # never reach it and never go on.
+    config = RuntimeConfig(correct=False, lead_path_s=1.0, follower=FollowerConfig(position_margin=0.1))
+    home = np.asarray(scene.robot.home, dtype=np.float64)
+    edge = home.copy()
+    edge[3] = scene.robot.joints[3].lower + 0.005
+    after = home + np.array([0.15, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90))) as world:
+        runtime = Runtime(scene, config, world)
+        runtime.reset()
+        for _ in range(90):
+            report = runtime.frame(edge)
+        assert report.state.q[3] == pytest.approx(scene.robot.joints[3].lower + 0.1, abs=0.02)
+        for _ in range(90):
+            report = runtime.frame(after)
+    assert np.abs(report.state.q - after).max() < 0.01

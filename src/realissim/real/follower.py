@@ -195,6 +195,11 @@ class Follower:
         """Whether the follower is braking to, or resting at, a standstill because the target jumped."""
         return self._holding
 
+    def reachable(self, q: ArrayLike) -> np.ndarray:
+        """q (..., dof) rad clipped to the positions the follower commands: the position limits less
+        `position_margin`. A target beyond them is followed only as far as them."""
+        return np.clip(np.asarray(q, dtype=np.float64), self._q_min, self._q_max)
+
     @property
     def q(self) -> np.ndarray:
         """The latest commanded position (dof,), rad."""
@@ -218,7 +223,7 @@ class Follower:
         (None: estimated from the last three targets); returns the command for the end of the period."""
         self._require_started()
         q_sim = _as_joint_vector(q_sim, "q_sim", self.dof)
-        target = np.clip(q_sim, self._q_min, self._q_max)
+        target = self.reachable(q_sim)
         clipped = target != q_sim
         qd_twin = None if qd_sim is None else _as_joint_vector(qd_sim, "qd_sim", self.dof)
         estimate = self._estimate_velocity(target)  # every frame, so the history stays current

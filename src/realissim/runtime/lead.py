@@ -14,9 +14,21 @@ tip. The twin arm still moves as the policy asks while the real arm keeps up; wh
 for it. The desired joints never jump back towards the real arm: an early version that projected them onto the
 real arm yanked the twin's servos and, in real time, threw the T at 50 m/s. The measured joints are what a deployment
 reads from the robot anyway: nothing here reads the oracle.
+
+Bounded this way, the desired joints head straight for the policy's *latest* target. When they have fallen behind
+(the real arm is slower than the policy's path), that cuts the path's corners: a tip that should travel above the
+table and then come straight down beside the T comes down diagonally while still travelling, onto the T. With
+`path_frames`, the bound keeps the policy's targets that the desired joints have not reached yet, in order, and
+moves along them instead (a time scaling of the policy's path: the same path, later), up to that many targets
+behind; older ones are dropped (the desired joints then cut across to the oldest one kept). Where the real arm
+cannot close on the path (held by contact, or short of its target by its servos' steady error) the desired joints
+stall; after `STALL_FRAMES` frames without progress the targets but the latest are dropped, and the step heads for
+it as without a path, so a path never waits longer than the unbounded step would.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 import mujoco
 import numpy as np
@@ -31,12 +43,24 @@ class LeadBound:
     `model` is the twin's MuJoCo model, `robot_qpos` (J,) the robot joints' qpos addresses; the tip is the pusher
     tip's site, or the flange's for a robot without a pusher."""
 
+    STALL_FRAMES = 10
+    """Frames without progress (every joint within `STALL_STEP`) after which a path's targets but the latest are
+    dropped."""
+    STALL_STEP = 1e-4
+    """A frame's step of the desired joints below this on every joint (rad) is no progress."""
     BISECTIONS = 12
     """Halvings of the step's fraction when the whole step would lead too far (to 1/4096 of the step)."""
 
-    def __init__(self, model: mujoco.MjModel, robot_qpos: np.ndarray, max_lead: float) -> None:
+    def __init__(
+        self, model: mujoco.MjModel, robot_qpos: np.ndarray, max_lead: float, path_frames: int | None = None
+    ) -> None:
         if not max_lead > 0:
             raise ValueError(f"max_lead: must be > 0 m, got {max_lead}")
+        if path_frames is not None and path_frames < 1:
+            raise ValueError(f"path_frames: must be ≥ 1 or None, got {path_frames}")
+        self.path_frames = path_frames
+        self._path: deque[np.ndarray] = deque()
+        self._stalled = 0
         self.model, self.robot_qpos, self.max_lead = model, np.asarray(robot_qpos, dtype=np.intp), float(max_lead)
         site = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, panda.TIP_SITE)
         if site < 0:
@@ -45,6 +69,16 @@ class LeadBound:
             raise ValueError(f"the model has neither a {panda.TIP_SITE!r} nor a {panda.FLANGE_SITE!r} site")
         self._site = site
         self._data = mujoco.MjData(model)  # mj_kinematics: 2.6 µs a tip here, ChainKinematics 7.6 µs for one q
+
+    def reset(self) -> None:
+        """Forget the policy's targets not reached yet (a new episode; the arm held: it restarts from there)."""
+        self._path.clear()
+        self._stalled = 0
+
+    @property
+    def behind(self) -> int:
+        """How many of the policy's targets the desired joints have not reached yet (0 without `path_frames`)."""
+        return len(self._path)
 
     def tip(self, q: ArrayLike) -> np.ndarray:
         """World position (3,) m of the tip at the robot's joints q (J,) rad."""
@@ -59,20 +93,45 @@ class LeadBound:
         most `max_lead` m — or, when q_previous already leads by more (the real arm fell behind), by no more than
         q_previous does. So the desired joints never jump back towards the real arm (no jerk for the twin's
         servos), and a step that closes the lead is always taken. Also returns the lead of q_target itself, m.
-        All arrays (J,) rad must be finite."""
+        With `path_frames`, q_target joins the targets not reached yet and the step goes along them, in order,
+        instead of straight towards q_target. All arrays (J,) rad must be finite."""
         q_target, q_previous, q_real = (np.asarray(q, dtype=np.float64) for q in (q_target, q_previous, q_real))
         if not all(np.all(np.isfinite(q)) for q in (q_target, q_previous, q_real)):
             raise ValueError("lead bound: joint arrays must be finite")
         real = self.tip(q_real)
         lead = self._lead(q_target, real)
         allowed = max(self.max_lead, self._lead(q_previous, real))
-        if lead <= allowed:
-            return q_target, lead
-        step, lo, hi = q_target - q_previous, 0.0, 1.0  # lo: a fraction known to be within the allowance
+        if self.path_frames is None:
+            return self._advance(q_previous, q_target, real, allowed)[0], lead
+        if not self._path or not np.array_equal(self._path[-1], q_target):
+            self._path.append(q_target.copy())
+        while len(self._path) > self.path_frames:
+            self._path.popleft()
+        if self._stalled >= self.STALL_FRAMES:  # the real arm does not close on the path: go for the latest
+            while len(self._path) > 1:
+                self._path.popleft()
+        q = q_previous
+        while self._path:
+            q, reached = self._advance(q, self._path[0], real, allowed)
+            if not reached:
+                break
+            self._path.popleft()
+        progress = bool(np.any(np.abs(q - q_previous) >= self.STALL_STEP))
+        self._stalled = 0 if progress or not self._path else self._stalled + 1
+        return q, lead
+
+    def _advance(
+        self, q_from: np.ndarray, q_to: np.ndarray, real: np.ndarray, allowed: float
+    ) -> tuple[np.ndarray, bool]:
+        """The furthest point from q_from towards q_to whose tip is within `allowed` of the real tip, and whether
+        it is q_to."""
+        if self._lead(q_to, real) <= allowed:
+            return q_to, True
+        step, lo, hi = q_to - q_from, 0.0, 1.0  # lo: a fraction known to be within the allowance
         for _ in range(self.BISECTIONS):
             mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if self._lead(q_previous + mid * step, real) <= allowed else (lo, mid)
-        return q_previous + lo * step, lead
+            lo, hi = (mid, hi) if self._lead(q_from + mid * step, real) <= allowed else (lo, mid)
+        return q_from + lo * step, False
 
     def _lead(self, q: np.ndarray, real_tip: np.ndarray) -> float:
         return float(np.linalg.norm(self.tip(q) - real_tip))

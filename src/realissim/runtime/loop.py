@@ -102,6 +102,10 @@ class RuntimeConfig:
     seeds and two held-out ones; the p95 fell on the tuning seeds only: docs/decisions.md, "The lead bound").
     Bounded but not shaped, the real arm, kept at speed right behind the twin's, overshoots it when the twin stops
     abruptly: use both."""
+    lead_path_s: float | None = None
+    """With `max_lead`: the bounded desired joints follow the policy's targets in order (the policy's path, later)
+    while they are at most this far behind them, s; older targets are dropped. None: they head straight for the
+    latest target, which cuts the path's corners once they have fallen behind (`runtime.lead`)."""
     sighting: SightingConfig = field(default_factory=SightingConfig)
     """Where the cameras see each object (every corrected frame, ~1 ms): evidence for the detector."""
     reacquire: bool = True
@@ -209,7 +213,8 @@ class Runtime:
                 shaping = FollowerConfig(dt=self.twin.dt, max_jump=1e3, limit_margin=config.arm_limits)
                 self.shaper = Follower(world.robot.description, shaping)
             if config.max_lead is not None:
-                self.lead_bound = LeadBound(self.twin.model, self.twin.layout.robot_qpos, config.max_lead)
+                path = None if config.lead_path_s is None else max(1, round(config.lead_path_s / self.twin.dt))
+                self.lead_bound = LeadBound(self.twin.model, self.twin.layout.robot_qpos, config.max_lead, path)
         self.detector = (
             DesyncDetector(config.desync.per_corrected_frame(config.correct_every))
             if self.correction is not None
@@ -255,6 +260,8 @@ class Runtime:
             if self.shaper is not None:
                 self.shaper.reset(self.twin.data.ctrl[self.twin.layout.actuators])
         self._desired = self.twin.data.ctrl[self.twin.layout.actuators].copy()
+        if self.lead_bound is not None:
+            self.lead_bound.reset()
         if self.detector is not None:
             self.detector.restart()
         if self.correction is not None:
@@ -370,12 +377,19 @@ class Runtime:
                 # of it by the follower's lag, possibly inside the real object the twin lost)
                 held = q_real if q_real is not None else self.twin.data.ctrl[self.twin.layout.actuators]
                 self._held_target = held.copy()
+                if self.lead_bound is not None:
+                    self.lead_bound.reset()  # the path resumes from the held arm, not from before the loss
             q_target = self._held_target
         else:
             self._held_target = None
         lead = float("nan")
         if self.lead_bound is not None and q_real is not None and not self.desynced:
             q_target = check_targets(self.twin.layout, q_target)[0]  # within the joint limits before bounding
+            # ... and within what the follower (and the shaper) command, short of the limits by their margin: a
+            # desired tip the arms cannot reach would keep its lead above the bound, and the path behind it stalls.
+            for follower in (self.follower, self.shaper):
+                if follower is not None:
+                    q_target = follower.reachable(q_target)
             q_target, lead = self.lead_bound.bound(q_target, self._desired, q_real)
         self._desired = q_target
         qd_target = None
