@@ -60,6 +60,8 @@ class Args:
     """`CorrectionConfig.integral_discharge` (m/s, rad/s; None: its default)."""
     lead_path: float | None = None
     """`RuntimeConfig.lead_path_s`, s (None: its default)."""
+    lead_lag: float | None = None
+    """`RuntimeConfig.lead_lag_frames` (None: its default)."""
     threads: int | None = None
     """Torch (and rasteriser) threads (None: torch's default)."""
     out: Path = Path("contact_seeds.jsonl")
@@ -77,9 +79,12 @@ def main(args: Args) -> list[dict]:
     runtime = replace(runtime, correction=correction)
     if args.lead_path is not None:
         runtime = replace(runtime, lead_path_s=args.lead_path)
+    if args.lead_lag is not None:
+        runtime = replace(runtime, lead_lag_frames=args.lead_lag)
     discharge = list(correction.integral_discharge) if correction.integral_discharge else None
     settings = {"gap": str(args.gap) if args.gap else None, "seconds": args.seconds, "integral": correction.integral,
-                "discharge": discharge, "lead_path_s": runtime.lead_path_s}  # fmt: skip
+                "discharge": discharge, "lead_path_s": runtime.lead_path_s,
+                "lead_lag_frames": runtime.lead_lag_frames}  # fmt: skip
     rows = {}
     if args.out.exists():
         for line in args.out.read_text().splitlines():

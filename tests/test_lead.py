@@ -103,6 +103,27 @@ def test_a_path_the_real_arm_cannot_close_on_gives_way_to_the_latest_target(scen
     assert np.array_equal(steps[-1], near) and bound.behind == 0  # then given way to the latest
 
 
+def test_the_bound_grows_with_the_real_tips_speed_by_the_lag(scene: SceneSpec) -> None:
+    twin = TwinPhysics(scene)
+    fixed = LeadBound(twin.model, twin.layout.robot_qpos, 0.01)
+    lagged = LeadBound(twin.model, twin.layout.robot_qpos, 0.01, lag_frames=3.0)
+    home = np.asarray(scene.robot.home, dtype=np.float64)
+    far = home + np.array([0.4, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    before, now = home, home + np.array([0.01, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # the real arm moved this frame
+    moved = np.linalg.norm(fixed.tip(now) - fixed.tip(before))
+    for bound in (fixed, lagged):
+        bound.bound(far, before, before)  # the first frame: no travel known yet, the fixed bound
+    q_fixed, _ = fixed.bound(far, now, now)
+    q_lagged, _ = lagged.bound(far, now, now)
+    assert np.linalg.norm(fixed.tip(q_fixed) - fixed.tip(now)) == pytest.approx(0.01, rel=0.02)
+    assert np.linalg.norm(fixed.tip(q_lagged) - fixed.tip(now)) == pytest.approx(0.01 + 3 * moved, rel=0.02)
+    # A real arm that stops gets the fixed bound back at once.
+    q, _ = lagged.bound(far, now, now)
+    assert np.linalg.norm(fixed.tip(q) - fixed.tip(now)) == pytest.approx(0.01, rel=0.02)
+    with pytest.raises(ValueError, match="lag_frames"):
+        LeadBound(twin.model, twin.layout.robot_qpos, 0.01, lag_frames=-1.0)
+
+
 def _tip_gaps(scene: SceneSpec, **changes: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A 2 s online run (follower on, no correction) asked to jump 0.5 rad on the shoulder: per frame, the twin
     tip's distance from the real tip (oracle, m) and the reported lead; and the twin's final joint error."""

@@ -106,6 +106,9 @@ class RuntimeConfig:
     """With `max_lead`: the bounded desired joints follow the policy's targets in order (the policy's path, later)
     while they are at most this far behind them, s; older targets are dropped. None: they head straight for the
     latest target, which cuts the path's corners once they have fallen behind (`runtime.lead`)."""
+    lead_lag_frames: float = 0.0
+    """With `max_lead`: the bound grows by the real tip's travel over the last frame × this (the follower's natural
+    lag, in frames), so that only a lead beyond that lag holds the twin arm back (`runtime.lead`). 0: a fixed bound."""
     sighting: SightingConfig = field(default_factory=SightingConfig)
     """Where the cameras see each object (every corrected frame, ~1 ms): evidence for the detector."""
     reacquire: bool = True
@@ -214,7 +217,9 @@ class Runtime:
                 self.shaper = Follower(world.robot.description, shaping)
             if config.max_lead is not None:
                 path = None if config.lead_path_s is None else max(1, round(config.lead_path_s / self.twin.dt))
-                self.lead_bound = LeadBound(self.twin.model, self.twin.layout.robot_qpos, config.max_lead, path)
+                self.lead_bound = LeadBound(
+                    self.twin.model, self.twin.layout.robot_qpos, config.max_lead, path, config.lead_lag_frames
+                )
         self.detector = (
             DesyncDetector(config.desync.per_corrected_frame(config.correct_every))
             if self.correction is not None
