@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -122,6 +123,10 @@ def test_the_bound_grows_with_the_real_tips_speed_by_the_lag(scene: SceneSpec) -
     assert np.linalg.norm(fixed.tip(q) - fixed.tip(now)) == pytest.approx(0.01, rel=0.02)
     with pytest.raises(ValueError, match="lag_frames"):
         LeadBound(twin.model, twin.layout.robot_qpos, 0.01, lag_frames=-1.0)
+    with pytest.raises(ValueError, match="lead_lag_frames"):
+        RuntimeConfig(lead_lag_frames=math.nan)
+    with pytest.raises(ValueError, match="lead_path_s"):
+        RuntimeConfig(lead_path_s=0.0)
 
 
 def _tip_gaps(scene: SceneSpec, **changes: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -134,6 +134,10 @@ class RuntimeConfig:
     def __post_init__(self) -> None:
         if self.correct_every < 1:
             raise ValueError(f"correct_every: must be ≥ 1, got {self.correct_every}")
+        if self.lead_path_s is not None and not self.lead_path_s > 0:
+            raise ValueError(f"lead_path_s: must be > 0 s or None, got {self.lead_path_s}")
+        if not self.lead_lag_frames >= 0:
+            raise ValueError(f"lead_lag_frames: must be ≥ 0, got {self.lead_lag_frames}")
         if self.retry_frames < 1 or self.recheck_frames < 1:
             raise ValueError(f"retry_frames, recheck_frames: must be ≥ 1, got {self.retry_frames}, "
                              f"{self.recheck_frames}")  # fmt: skip
