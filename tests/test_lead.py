@@ -82,8 +82,9 @@ def test_with_a_path_the_bounded_tip_turns_the_corner_instead_of_cutting_it(scen
     # A path kept too short to cover the lag cuts the corner again (measured 15 mm).
     short, _ = _off_path(scene, 2)
     assert short > 0.01
+    twin = TwinPhysics(scene)
     with pytest.raises(ValueError, match="path_frames"):
-        LeadBound(TwinPhysics(scene).model, TwinPhysics(scene).layout.robot_qpos, 0.01, 0)
+        LeadBound(twin.model, twin.layout.robot_qpos, 0.01, 0)
 
 
 def test_a_path_the_real_arm_cannot_close_on_gives_way_to_the_latest_target(scene: SceneSpec) -> None:

@@ -66,16 +66,15 @@ class LeadBound:
     ) -> None:
         if not max_lead > 0:
             raise ValueError(f"max_lead: must be > 0 m, got {max_lead}")
-        if not lag_frames >= 0:
-            raise ValueError(f"lag_frames: must be ≥ 0, got {lag_frames}")
-        self.lag_frames = float(lag_frames)
-        self._real_before: np.ndarray | None = None
         if path_frames is not None and path_frames < 1:
             raise ValueError(f"path_frames: must be ≥ 1 or None, got {path_frames}")
-        self.path_frames = path_frames
+        if not lag_frames >= 0:
+            raise ValueError(f"lag_frames: must be ≥ 0, got {lag_frames}")
+        self.model, self.robot_qpos, self.max_lead = model, np.asarray(robot_qpos, dtype=np.intp), float(max_lead)
+        self.path_frames, self.lag_frames = path_frames, float(lag_frames)
         self._path: deque[np.ndarray] = deque()
         self._stalled = 0
-        self.model, self.robot_qpos, self.max_lead = model, np.asarray(robot_qpos, dtype=np.intp), float(max_lead)
+        self._real_before: np.ndarray | None = None
         site = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, panda.TIP_SITE)
         if site < 0:
             site = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, panda.FLANGE_SITE)
@@ -119,6 +118,8 @@ class LeadBound:
         self._real_before = real
         allowed = max(self.max_lead + self.lag_frames * moved, self._lead(q_previous, real))
         if self.path_frames is None:
+            if lead <= allowed:  # the common case: q_target's tip is already known
+                return q_target, lead
             return self._advance(q_previous, q_target, real, allowed)[0], lead
         if not self._path or not np.array_equal(self._path[-1], q_target):
             self._path.append(q_target.copy())
