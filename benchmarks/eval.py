@@ -4,7 +4,9 @@ Offline: `evaluate_offline` with 20 `BatchEnv`s on `pusht/eval-v1` (its first `-
 × real time per environment (simulated seconds / wall seconds / envs) for a state and, if given, a wrist
 policy. Online: `evaluate_online` against the surrogate (lock-step, default gap) on `pusht/online-v1` (its first
 `--online` starts): the median wall time per episode, success on the oracle. For the state policy, the offline
-and online success rates and the agreement (Cohen's κ) of its progress > 0.9 with the ground truth offline.
+and online success rates and the agreement (Cohen's κ) of its progress > 0.9 with the ground truth offline, and
+the fair comparison for the mission target (online within 5 points of offline): offline on the same online
+starts, pooled over `--same-seeds` draws of the policy's noise (an online episode is one draw of everything).
 
     python benchmarks/eval.py --state runs/state/last.pt [--wrist runs/wrist/last.pt] [--json eval.json]
 """
@@ -22,6 +24,7 @@ from realissim.envs import EnvConfig
 from realissim.eval.distributed import CheckpointPolicy
 from realissim.eval.offline import evaluate_offline
 from realissim.eval.online import evaluate_online, online_env_config
+from realissim.eval.stats import wilson
 from realissim.policy.flow_policy import FlowPolicy
 from realissim.real.surrogate import SurrogateConfig
 from realissim.tasks import make, start_set
@@ -56,6 +59,9 @@ class Args:
     """Offline: resting objects sleep (`EnvConfig.sleep`); --no-sleep for the physics without it."""
     workers: int = 1
     """Offline batches at once (`realissim eval offline --workers`); the envs in flight are envs × workers."""
+    same_seeds: int = 3
+    """With the online part: offline runs of the state policy on the same online starts, noise seeds 0..N−1
+    (`offline_success_same_starts`, `online_minus_offline_points`); 0 skips them."""
     json: Path | None = None
     """Write the results here as JSON."""
 
@@ -106,6 +112,19 @@ def main() -> None:
         out["online_success_ci95"] = s["success_ci95"]
         out["online_errors"] = s["errors"]
         out["online_sync_error_mean_mm"] = s["sync_error_mean_mm"]
+        save()
+        if args.same_seeds > 0:
+            hits = episodes = 0
+            for seed in range(args.same_seeds):
+                same = FlowPolicy.load(args.state, obs="state", scene=task.scene, threads=args.threads, seed=seed)
+                r = evaluate_offline(task, same, starts, args.envs, args.max_seconds,
+                                     same.env_config(EnvConfig(sleep=args.sleep))).summary()  # fmt: skip
+                hits, episodes = hits + int(r["successes"]), episodes + int(r["episodes"])
+            online_hits, online_n = int(s["successes"]), int(s["episodes"])  # episodes ended in error left out
+            out["offline_success_same_starts"] = hits / episodes
+            out["offline_success_same_starts_ci95"] = list(wilson(hits, episodes))
+            out["offline_same_starts_seeds"] = args.same_seeds
+            out["online_minus_offline_points"] = 100.0 * (online_hits / max(online_n, 1) - hits / episodes)
     print(f"{'key':<36} value")
     for key, value in out.items():
         print(f"{key:<36} {value:.4g}" if isinstance(value, float) else f"{key:<36} {value}")
