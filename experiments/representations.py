@@ -20,7 +20,7 @@ Budget: the issue asks each experiment to finish within 2 hours on the 2-core ma
 min for a 10k-step state policy at 2 threads and ~17 min for 4k steps of an adopting image head, plus ~15 min of
 rendering per virtual camera and ~20 min to collect 20 online demonstrations, and each online episode ~1.5 min
 (two at once); so the defaults are smaller than the paper's: `--image-steps 4000`, `--state-steps 10000`,
-`--online-limit 10` (the first 10 online starts) and `--real-demos 20`, and the whole still takes ~3.5 h.
+`--online-limit 10` (the first 10 online starts) and `--real-demos 20`, and the whole still takes ~3 h.
 Say so next to any table it makes. `--state-run` reuses a state policy already trained on `--data`.
 
     python experiments/representations.py --out runs/representations [--arms state wrist] [--demos 60]
