@@ -125,16 +125,13 @@ def main(args: Args) -> None:
     offline_data = args.data or args.out / "demos"
     rows = []
     for arm in args.arms:
-        if arm == "real":
-            data, demos = args.out / "demos_online", args.real_demos
+        if arm == "real":  # adoption needs the same dataset: real adopts a state policy of its own demonstrations
+            data, demos, state_run = args.out / "demos_online", args.real_demos, args.out / "real_state"
             ensure_demos(data, demos, online=True)
         else:
-            data, demos = offline_data, args.demos
+            data, demos, state_run = offline_data, args.demos, args.state_run or args.out / "state"
             if args.data is None:
                 ensure_demos(data, demos)
-        state_run = args.state_run if args.state_run is not None and arm != "real" else args.out / "state"
-        if arm == "real":
-            state_run = args.out / "real_state"
         adopted_minutes = 0.0
         if arm == "state":
             run = state_run

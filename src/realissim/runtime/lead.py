@@ -116,9 +116,12 @@ class LeadBound:
         lead = self._lead(q_target, real)
         moved = 0.0 if self._real_before is None else float(np.linalg.norm(real - self._real_before))
         self._real_before = real
-        allowed = max(self.max_lead + self.lag_frames * moved, self._lead(q_previous, real))
+        base = self.max_lead + self.lag_frames * moved
+        if self.path_frames is None and lead <= base:  # the common case: no further kinematics this frame
+            return q_target, lead
+        allowed = max(base, self._lead(q_previous, real))
         if self.path_frames is None:
-            if lead <= allowed:  # the common case: q_target's tip is already known
+            if lead <= allowed:
                 return q_target, lead
             return self._advance(q_previous, q_target, real, allowed)[0], lead
         if not self._path or not np.array_equal(self._path[-1], q_target):
