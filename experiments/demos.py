@@ -7,7 +7,11 @@ Stages (all resumable, `experiments/pipeline.py`): demonstrations, training, che
 OUT/demos.png. With the defaults (10k steps each, ~13 min alone; online on the first 10 online starts) it
 finishes within the issue's 2 hours on the 2-core machine; the paper trained to convergence.
 
-    python experiments/demos.py --out runs/demos [--data data/pusht60c] [--counts 30 60]
+    python experiments/demos.py --out runs/demos [--data data/pusht60c] [--counts 30 60] [--runs 60=runs/s42/dr_state]
+
+`--runs N=RUN` uses a state run already trained on the first N demonstrations of `--data` (its config says so,
+or the experiment stops with an error naming the difference) instead of training OUT/state_N; its checkpoints are
+chosen and tested like the others, its evaluations written into RUN.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pipeline import (
     train_minutes,
 )
 
+from realissim.policy.dataset import fingerprint, open_training_data
 from realissim.policy.model import ModelConfig
 from realissim.policy.train import TrainConfig
 
@@ -67,6 +72,32 @@ class Args:
     """Torch threads for training (`TrainConfig.threads`: 2 is faster on an otherwise idle 2-core machine)."""
     online_workers: int = 1
     """Online episodes at once, each worker with its own surrogate (2 on an otherwise idle 2-core machine)."""
+    runs: tuple[str, ...] = ()
+    """`N=RUN`: a state run already trained on the first N demonstrations of `--data`, used instead of training
+    OUT/state_N."""
+
+
+def existing_runs(pairs: tuple[str, ...], data: Path) -> dict[int, Path]:
+    """The `--runs` pairs as {N: run}, each checked against its config.json: trained on the dataset at `data`
+    (its fingerprint) with the first N episodes. ValueError naming the pair and the difference otherwise."""
+    runs: dict[int, Path] = {}
+    expected = fingerprint(open_training_data(data)) if pairs else ""
+    for pair in pairs:
+        count, sep, path = pair.partition("=")
+        if not sep or not count.strip().isdigit():
+            raise ValueError(f"--runs {pair!r}: expected N=RUN")
+        run = Path(path)
+        try:
+            meta = json.loads((run / "config.json").read_text())
+            trained_on, episodes = meta["dataset"], int(meta["config"]["max_episodes"])
+        except (OSError, KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"--runs {pair!r}: cannot read the run's config.json: {err}") from None
+        if trained_on["fingerprint"] != expected:
+            raise ValueError(f"--runs {pair!r}: trained on {trained_on['path']}, not on the dataset at {data}")
+        if episodes != int(count):
+            raise ValueError(f"--runs {pair!r}: trained on the first {episodes} demonstrations, not {count}")
+        runs[int(count)] = run
+    return runs
 
 
 def main(args: Args) -> None:
@@ -75,19 +106,23 @@ def main(args: Args) -> None:
     data = args.data or args.out / "demos"
     if args.data is None:
         ensure_demos(data, max(args.counts))
+    reuse = existing_runs(args.runs, data)
     rows = []
     for n in sorted(args.counts):
-        run = args.out / f"state_{n}"
-        model = ModelConfig(obs="state", state_hidden=args.state_hidden)
-        train_arm(data, run, TrainConfig(model=model, steps=args.steps, max_episodes=n,
-                                         checkpoint_every=max(args.steps // 5, 1), threads=args.threads))  # fmt: skip
+        run, steps = reuse.get(n, args.out / f"state_{n}"), args.steps
+        if n in reuse:
+            steps = int(json.loads((run / "config.json").read_text())["config"]["steps"])
+        else:
+            model = ModelConfig(obs="state", state_hidden=args.state_hidden)
+            train_arm(data, run, TrainConfig(model=model, steps=steps, max_episodes=n,
+                                             checkpoint_every=max(steps // 5, 1), threads=args.threads))  # fmt: skip
         chosen, about = choose_checkpoint(run, limit=args.select_limit)
         offline = test_offline(chosen, run / "eval_v1", limit=args.test_limit)
         online = None
         if args.online:
             online = test_online(chosen, run / "online_v1", limit=args.online_limit, workers=args.online_workers)
         same, paired = test_paired(chosen, run, online, args.online_limit)
-        rows.append(Row(f"{n} demos", PAPER.get(n), offline, online, train_minutes(run), args.steps, about["step"],
+        rows.append(Row(f"{n} demos", PAPER.get(n), offline, online, train_minutes(run), steps, about["step"],
                         same, paired))  # fmt: skip
     options = command_line("demos.py", args)
     lines = [
