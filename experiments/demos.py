@@ -89,7 +89,8 @@ def existing_runs(pairs: tuple[str, ...], data: Path) -> dict[int, Path]:
         run = Path(path)
         try:
             meta = json.loads((run / "config.json").read_text())
-            trained_on, episodes = meta["dataset"], int(meta["config"]["max_episodes"])
+            trained_on = meta["dataset"]
+            episodes = len(trained_on["train_episodes"]) + len(trained_on["val_episodes"])
         except (OSError, KeyError, TypeError, ValueError) as err:
             raise ValueError(f"--runs {pair!r}: cannot read the run's config.json: {err}") from None
         if trained_on["fingerprint"] != expected:

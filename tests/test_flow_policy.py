@@ -5,8 +5,10 @@ bit-identical actions, resumed training continues the same curve, and bad inputs
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import mujoco
@@ -313,6 +315,29 @@ def test_a_policy_runs_a_batch_of_envs(trained: TrainResult, task: Task) -> None
     policy = FlowPolicy.load(trained.checkpoint, obs="state", scene=task.scene)
     results = run_episodes(BatchEnv(task, 2), policy, max_seconds=2.0, seed=1)
     assert [r.policy_calls for r in results] == [2, 2] and all(r.frames == 120 for r in results)
+
+
+def test_the_demonstration_experiment_reuses_a_run_only_on_its_own_dataset_and_count(
+    trained: TrainResult, demo: Path, tmp_path: Path
+) -> None:
+    """experiments/demos.py --runs N=RUN: accepted for the dataset and count the run was trained on, refused
+    (naming why) for another count or another store."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    from demos import existing_runs
+
+    run = next(p for p in trained.checkpoint.parents if (p / "config.json").exists())
+    assert existing_runs((f"1={run}",), demo) == {1: run}
+    with pytest.raises(ValueError, match="first 1 demonstrations, not 2"):
+        existing_runs((f"2={run}",), demo)
+    foreign = tmp_path / "foreign"  # the same run as if trained on another store (another fingerprint)
+    foreign.mkdir()
+    meta = json.loads((run / "config.json").read_text())
+    meta["dataset"]["fingerprint"] = "0" * 64
+    (foreign / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="not on the dataset"):
+        existing_runs((f"1={foreign}",), demo)
+    with pytest.raises(ValueError, match="expected N=RUN"):
+        existing_runs((str(run),), demo)
 
 
 def test_resuming_continues_the_same_curve(demo: Path, tmp_path: Path) -> None:
