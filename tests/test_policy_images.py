@@ -321,3 +321,24 @@ def test_a_via_pose_policy_adopts_a_trained_state_policy_frozen(task: Task, imag
         train(other, image_data, tmp_path / "other")
     with pytest.raises(ValueError, match="policy_from: only for"):
         TrainConfig(model=state_model, policy_from=str(state.checkpoint))
+    # The same state policy as if trained on another dataset of this scene: refused, unless asked for; and one
+    # trained in another scene is refused even then.
+    from realissim.policy.checkpoint import save_checkpoint
+
+    meta, tensors = load_checkpoint(state.checkpoint)
+    meta["dataset"]["fingerprint"] = "0" * 64
+    foreign = save_checkpoint(tmp_path / "foreign.pt", meta, tensors)
+    elsewhere = dataclasses.replace(config, policy_from=str(foreign))
+    with pytest.raises(CheckpointError, match="trained on another dataset"):
+        train(elsewhere, image_data, tmp_path / "foreign_refused")
+    crossed = train(dataclasses.replace(elsewhere, policy_from_any_dataset=True), image_data, tmp_path / "crossed")
+    crossed_state = crossed.model.state_dict()  # the foreign policy adopted as it is
+    assert all(torch.equal(crossed_state[k], v) for k, v in tensors["ema"].items() if k.startswith("velocity."))
+    assert load_checkpoint(crossed.checkpoint)[0]["policy_from"]["fingerprint"] == "0" * 64
+    meta["scene"]["objects"][0]["mass"] = 2 * meta["scene"]["objects"][0]["mass"]
+    heavier = save_checkpoint(tmp_path / "heavier.pt", meta, tensors)
+    with pytest.raises(CheckpointError, match=r"another scene: .*scene\.objects"):
+        train(dataclasses.replace(elsewhere, policy_from=str(heavier), policy_from_any_dataset=True), image_data,
+              tmp_path / "heavier")  # fmt: skip
+    with pytest.raises(ValueError, match="policy_from_any_dataset: only with policy_from"):
+        TrainConfig(model=wrist_model, policy_from_any_dataset=True)

@@ -379,6 +379,8 @@ class Train:
     policy_from: Path | None = None
     """With --via-pose: a trained state policy's checkpoint (same dataset) to adopt, frozen; only the image
     encoder and the pose head train."""
+    policy_from_any_dataset: bool = False
+    """With --policy-from: adopt a state policy trained on another dataset of the same scene too."""
     checkpoint_every: int = 2000
     """Steps between checkpoints."""
     max_episodes: int | None = None
@@ -415,6 +417,7 @@ class Train:
             lr=self.lr,
             checkpoint_every=self.checkpoint_every,
             policy_from=str(self.policy_from) if self.policy_from is not None else None,
+            policy_from_any_dataset=self.policy_from_any_dataset,
             max_episodes=self.max_episodes,
             seed=self.seed,
             threads=self.threads,

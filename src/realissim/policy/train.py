@@ -87,6 +87,11 @@ class TrainConfig:
     velocity network, state MLP and normalisers the image policy adopts, frozen; only the image encoder and the
     pose head train (on the pose loss). The image policy is then that state policy acting on the estimated pose;
     its training time is the state run's plus this run's."""
+    policy_from_any_dataset: bool = False
+    """With `policy_from`: also adopt a state policy trained on another dataset of the same scene (robot, objects
+    and goals equal), its normalisers with it; the image encoder and pose head still learn from this dataset. So
+    an image arm whose own demonstrations are too few to train a state policy on (issue 14 (a)'s `real`: online
+    demonstrations with the real cameras' frames) acts with the same policy as the arms it is compared with."""
     seed: int = 0
     """Seed of the initial weights, the validation split, the batch sampler and the flow noise."""
     threads: int = 1
@@ -117,6 +122,8 @@ class TrainConfig:
             raise ValueError("ema_decay and val_fraction: must be in [0, 1)")
         if self.policy_from is not None and not self.model.via_pose:
             raise ValueError("policy_from: only for an image policy that acts through the pose (model.via_pose)")
+        if self.policy_from_any_dataset and self.policy_from is None:
+            raise ValueError("policy_from_any_dataset: only with policy_from")
 
 
 @dataclass(frozen=True)
@@ -189,7 +196,8 @@ class _Run:
         self.adopted: dict[str, Any] | None = None
         """With `policy_from`: what was adopted (path, step, training minutes, dataset fingerprint)."""
         if config.policy_from is not None:
-            self.adopted = _adopt_state_policy(self.model, Path(config.policy_from), fingerprint(dataset))
+            self.adopted = _adopt_state_policy(self.model, Path(config.policy_from), fingerprint(dataset),
+                                               dataset if config.policy_from_any_dataset else None)  # fmt: skip
         self.ema = build_model(m, dataset.meta.scene)
         self.ema.load_state_dict(self.model.state_dict())
         self.ema.requires_grad_(False)
@@ -280,20 +288,33 @@ _ADOPTED_FIELDS = ("state_tip", "state_hidden", "waypoints", "horizon", "network
                    "actions")  # fmt: skip
 
 
-def _adopt_state_policy(model: FlowPolicyModel, path: Path, fp: str) -> dict[str, Any]:
+def _adopt_state_policy(
+    model: FlowPolicyModel, path: Path, fp: str, any_dataset: Dataset | None = None
+) -> dict[str, Any]:
     """Load a trained `state` policy's velocity network, state MLP and normalisers (its EMA weights) from
-    checkpoint `path` into the `via_pose` model, and freeze them (`FlowPolicyModel.freeze_policy`).
-    CheckpointError naming the problem: not a state policy, another dataset, or a config that differs."""
+    checkpoint `path` into the `via_pose` model, and freeze them (`FlowPolicyModel.freeze_policy`). The policy must
+    have been trained on the dataset of fingerprint `fp`, or, with `any_dataset` (this run's dataset), on any
+    dataset of the same scene parts the state policy depends on. CheckpointError naming the problem: not a state
+    policy, another dataset (another scene), or a config that differs."""
     meta, tensors = load_checkpoint(path)
     try:
         stored = {**LEGACY_MODEL_FIELDS, **meta["config"]["model"]}
         fingerprint_ = meta["dataset"]["fingerprint"]
+        trained_scene = meta["scene"]
     except (KeyError, TypeError) as err:
         raise CheckpointError(f"{path}: malformed meta: {err}") from None
     if stored.get("obs") != "state":
         raise CheckpointError(f"{path}: policy_from needs a state policy, not {stored.get('obs')!r}")
-    if fingerprint_ != fp:
-        raise CheckpointError(f"{path}: policy_from was trained on another dataset (fingerprint differs)")
+    if fingerprint_ != fp and any_dataset is None:
+        raise CheckpointError(f"{path}: policy_from was trained on another dataset (fingerprint differs; "
+                              "policy_from_any_dataset adopts it all the same)")  # fmt: skip
+    if fingerprint_ != fp and any_dataset is not None:
+        here = scene_to_dict(any_dataset.meta.scene)
+        for part in ("robot", "objects", "goals"):
+            where = first_difference(trained_scene.get(part), here.get(part), f"scene.{part}", ("state policy", "data"))
+            if where is not None:
+                raise CheckpointError(f"{path}: policy_from was trained in another scene: {where}")
+        log.info("adopting %s, trained on %s (another dataset of the same scene)", path, meta["dataset"].get("path"))
     given = to_dict(model.config)
     for name in _ADOPTED_FIELDS:
         where = first_difference(stored.get(name), given[name], f"model.{name}", ("state policy", "this run"))
@@ -314,7 +335,8 @@ def _adopt_state_policy(model: FlowPolicyModel, path: Path, fp: str) -> dict[str
         raise CheckpointError(f"{path}: policy_from weights do not fit (missing {missing[:3]}, unexpected "
                               f"{unexpected[:3]})")  # fmt: skip
     model.freeze_policy()
-    info = {"path": str(path), "step": meta.get("step"), "train_wall_s": meta.get("train_wall_s"), "fingerprint": fp}
+    info = {"path": str(path), "step": meta.get("step"), "train_wall_s": meta.get("train_wall_s"),
+            "fingerprint": fingerprint_}  # fmt: skip
     log.info("adopted the state policy %s (step %s, %.1f min of training), frozen", path, info["step"],
              (info["train_wall_s"] or 0.0) / 60)  # fmt: skip
     return info
@@ -323,6 +345,7 @@ def _adopt_state_policy(model: FlowPolicyModel, path: Path, fp: str) -> dict[str
 def _check_resume(meta: dict[str, Any], config: TrainConfig, fp: str, path: Path) -> None:
     """CheckpointError unless the checkpoint's run has this config (but `_RESUMABLE`) and dataset."""
     stored, given = dict(meta["config"]), to_dict(config)
+    stored.setdefault("policy_from_any_dataset", False)  # (runs from before the option)
     if isinstance(stored.get("model"), dict):
         stored["model"] = model_fields_in_use({**LEGACY_MODEL_FIELDS, **stored["model"]})
         given["model"] = model_fields_in_use(given["model"])
