@@ -305,10 +305,10 @@ def _adopt_state_policy(
         raise CheckpointError(f"{path}: malformed meta: {err}") from None
     if stored.get("obs") != "state":
         raise CheckpointError(f"{path}: policy_from needs a state policy, not {stored.get('obs')!r}")
-    if fingerprint_ != fp and any_dataset is None:
-        raise CheckpointError(f"{path}: policy_from was trained on another dataset (fingerprint differs; "
-                              "policy_from_any_dataset adopts it all the same)")  # fmt: skip
-    if fingerprint_ != fp and any_dataset is not None:
+    if fingerprint_ != fp:
+        if any_dataset is None:
+            raise CheckpointError(f"{path}: policy_from was trained on another dataset (fingerprint differs; "
+                                  "policy_from_any_dataset adopts it all the same)")  # fmt: skip
         here = scene_to_dict(any_dataset.meta.scene)
         for part in ("robot", "objects", "goals"):
             where = first_difference(trained_scene.get(part), here.get(part), f"scene.{part}", ("state policy", "data"))
