@@ -11,6 +11,7 @@ seed's tail, so compare settings on means and on per-seed counts over a dozen se
     python experiments/contact_seeds.py --seeds 0 1 2 3 4 5 6 7 8 9 10 11 --out seeds.jsonl
     python experiments/contact_seeds.py --discharge 0 0 --out discharge.jsonl   # CorrectionConfig.integral_discharge
     python experiments/contact_seeds.py --lead-path 1.0 --out path.jsonl   # RuntimeConfig.lead_path_s
+    python experiments/contact_seeds.py --early-search 0.5 --out early.jsonl   # RuntimeConfig.early_search
 
 Run one at a time: two lock-step pairs at once on a 2-core machine ran ten times slower each (the rasteriser's and
 torch's threads contend), not two.
@@ -40,6 +41,7 @@ KEYS = (
     ("detector_recall", "recall"),
     ("false_alarms_per_min", "false /min"),
     ("reacquisitions", "re-acq."),
+    ("early_placements", "early"),
     ("moving_fraction", "T moving"),
 )
 
@@ -62,6 +64,8 @@ class Args:
     """`RuntimeConfig.lead_path_s`, s (None: its default)."""
     lead_lag: float | None = None
     """`RuntimeConfig.lead_lag_frames` (None: its default)."""
+    early_search: float | None = None
+    """`RuntimeConfig.early_search` (None: its default)."""
     threads: int | None = None
     """Torch (and rasteriser) threads (None: torch's default)."""
     out: Path = Path("contact_seeds.jsonl")
@@ -81,10 +85,12 @@ def main(args: Args) -> list[dict]:
         runtime = replace(runtime, lead_path_s=args.lead_path)
     if args.lead_lag is not None:
         runtime = replace(runtime, lead_lag_frames=args.lead_lag)
+    if args.early_search is not None:
+        runtime = replace(runtime, early_search=args.early_search)
     discharge = list(correction.integral_discharge) if correction.integral_discharge else None
     settings = {"gap": str(args.gap) if args.gap else None, "seconds": args.seconds, "integral": correction.integral,
                 "discharge": discharge, "lead_path_s": runtime.lead_path_s,
-                "lead_lag_frames": runtime.lead_lag_frames}  # fmt: skip
+                "lead_lag_frames": runtime.lead_lag_frames, "early_search": runtime.early_search}  # fmt: skip
     rows = {}
     if args.out.exists():
         for line in args.out.read_text().splitlines():

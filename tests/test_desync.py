@@ -82,6 +82,32 @@ def test_a_shape_overlap_below_its_own_in_sync_level_fires() -> None:
     assert not any(off.update(1.0, distance=0.003, overlap=0.3) for _ in range(50))
 
 
+def test_suspicion_measures_the_evidence_towards_firing_and_clear_starts_it_afresh() -> None:
+    """`suspicion`: the largest of the ways' counts over the count that fires it (what `early_search` acts
+    on); `clear` (the twin's object just put where the images show it) restarts the counts, not the baselines."""
+    cfg = DesyncConfig(warmup=10, frames=8, overlap_frames=4, sight_frames=6)
+    det = DesyncDetector(cfg)
+    for _ in range(20):
+        det.update(1.0, distance=0.003, overlap=0.8)
+    assert det.suspicion == 0.0
+    for _ in range(3):
+        det.update(1.0, distance=0.03, overlap=0.8)  # the sighting sees the object elsewhere
+    assert det.suspicion == pytest.approx(3 / 6)
+    det.update(4.0, distance=0.03, overlap=0.8)  # and the residual rises: the largest fraction counts
+    assert det.suspicion == pytest.approx(4 / 6)
+    det.update(1.0, distance=0.003, overlap=0.5)
+    det.update(1.0, distance=0.003, overlap=0.5)
+    assert det.suspicion == pytest.approx(2 / 4)  # the others ended with their evidence
+    baseline = det.baseline
+    det.clear()
+    assert det.suspicion == 0.0 and det.baseline == baseline and not det.desynced
+    # Evidence after the clear counts from zero: 4 more low-overlap frames to fire, not the 2 left before.
+    assert [det.update(1.0, distance=0.003, overlap=0.5) for _ in range(4)] == [False, False, False, True]
+    assert det.suspicion == 0.0  # out of sync: nothing to suspect
+    det.clear()  # a no-op while out of sync
+    assert det.desynced
+
+
 def test_detector_score_counts_hits_misses_and_false_alarms_against_the_oracle() -> None:
     from realissim.eval.sync.metrics import detector_score, fault_outcome
 
@@ -210,3 +236,37 @@ def test_yaw_error_of_a_t_flipped_over_compares_footprints() -> None:
     assert err == pytest.approx(0.3, abs=1e-9)
     _, err = pose_errors(np.zeros(3), yaw_quat(yaw + np.pi), np.zeros(3), upright)  # turned, not flipped
     assert err == pytest.approx(np.pi, abs=1e-9)
+
+
+def test_the_online_report_scores_the_detector_from_each_episodes_sync_errors_and_events() -> None:
+    """Three online episodes of 10 s at 10 Hz: an alarm with the twin 5 mm off (false), a 1 s loss flagged 0.1 s
+    in (a hit), a 1 s loss never flagged (a miss and a silent loss); an episode that failed is skipped."""
+    from realissim.eval.episode import EpisodeResult
+    from realissim.eval.online import OnlineEpisode, detector_summary
+    from realissim.spec.state import StartState
+
+    start = StartState(objects=(), q=(0.0,) * 7)
+    times = [round(0.1 * k, 1) for k in range(100)]
+
+    def episode(errors: np.ndarray, events: list[tuple[float, str]]) -> OnlineEpisode:
+        result = EpisodeResult(start=start, times=list(times), desync_events=events)
+        return OnlineEpisode(0, 0, result, None, [float(e) for e in errors])
+
+    calm = np.full(100, 0.005)
+    lost = calm.copy()
+    lost[50:60] = 0.03
+    missed = calm.copy()
+    missed[20:30] = 0.03
+    episodes = [
+        episode(calm, [(3.0, "fired"), (3.35, "re-armed")]),
+        episode(lost, [(5.1, "fired"), (6.2, "re-armed")]),
+        episode(missed, []),
+        OnlineEpisode(1, 0, None, "surrogate died"),
+    ]
+    s = detector_summary(episodes)
+    assert (s["oracle_loss_episodes"], s["detector_hits"], s["false_alarms"]) == (2, 1, 1)
+    assert s["detector_recall"] == pytest.approx(0.5)
+    assert s["false_alarms_per_min"] == pytest.approx(1 / (28 / 60))  # 10 + 9 + 9 s in sync
+    assert s["longest_silent_loss_s"] == pytest.approx(1.0, abs=0.11)
+    late = [episode(lost, [(5.4, "fired"), (6.2, "re-armed")])]  # flagged 0.4 s in: a miss
+    assert detector_summary(late)["detector_recall"] == 0.0

@@ -153,6 +153,44 @@ def test_the_detector_stays_quiet_over_an_episode_in_sync(online: tuple[Surrogat
 def test_runtime_config_rejects_bad_retry_periods() -> None:
     with pytest.raises(ValueError, match="retry_frames"):
         replace(RuntimeConfig(), retry_frames=0)
+    with pytest.raises(ValueError, match="early_search"):
+        replace(RuntimeConfig(), early_search=1.0)
+    with pytest.raises(ValueError, match="early_every"):
+        replace(RuntimeConfig(), early_every=0)
+
+
+def test_an_early_search_puts_a_drifting_t_back_before_the_detector_fires(
+    online: tuple[Surrogate, Runtime],
+) -> None:
+    """The twin's T moved 3 cm and 60° from the real one: by default the detector fires (and the search then
+    re-acquires it); with `early_search` the search runs in sync on half the evidence, places the T, and the
+    detector never fires nor holds the arm."""
+    world, runtime = online
+    home = np.asarray(runtime.scene.robot.home)
+    default = runtime.config
+    outcomes = {}
+    try:
+        for early in (0.0, 0.5):
+            runtime.config = replace(default, early_search=early)
+            runtime.reset()
+            _settle(runtime, home, 15)
+            _teleport(runtime, 0.03, math.radians(60), 1.0)
+            before = len(runtime.reacquisitions)
+            fired, report = False, None
+            for _ in range(FPS):
+                report = runtime.frame(home)
+                fired |= report.desynced
+            assert report is not None
+            attempts = runtime.reacquisitions[before:]
+            outcomes[early] = (fired, [a.early for a in attempts if a.placed], _errors(world, report))
+    finally:
+        runtime.config = default
+    fired, placed_early, _ = outcomes[0.0]
+    assert fired and placed_early == [False], "without the early search the detector fires, then the T is re-placed"
+    fired, placed_early, (pos, yaw) = outcomes[0.5]
+    assert not fired, "the early search must put the T back before the detector fires"
+    assert placed_early == [True]
+    assert pos < 0.005 and yaw < math.radians(3)
 
 
 def test_while_held_the_lost_object_rests_instead_of_being_pulled(unsearched: tuple[Surrogate, Runtime]) -> None:

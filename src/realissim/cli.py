@@ -501,6 +501,10 @@ class EvalOffline:
     max_held_s: float | None = 10.0
     """online: abandon an episode once the desync detector has held the arm this long without a break, simulated
     s (the twin lost an object and could not find it; `EnvConfig.max_held_s`); None: never."""
+    early_search: float | None = None
+    """online: search the objects while in sync once the desync detector's evidence has come this far towards
+    firing, and put a drifting twin object back before it is lost (`RuntimeConfig.early_search`; None: the
+    runtime's default)."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -573,7 +577,9 @@ class EvalOffline:
         task = make(name.partition("/")[0])
         policy.check_scene(task.scene)
         config = policy.env_config(
-            online_env_config(self.correct_every, self.replan_every, self.calibrate_at, self.max_held_s)
+            online_env_config(
+                self.correct_every, self.replan_every, self.calibrate_at, self.max_held_s, self.early_search
+            )
         )
         world = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=(160, 90),
                                 mode="realtime" if self.realtime else "lockstep")  # fmt: skip
@@ -581,6 +587,8 @@ class EvalOffline:
                  "gap": str(self.gap) if self.gap else "default", "realtime": self.realtime,
                  "correct_every": self.correct_every, "calibrate_at": self.calibrate_at,
                  "max_held_s": self.max_held_s}  # fmt: skip
+        if self.early_search is not None:  # (absent otherwise: journals written before the option still match)
+            about["early_search"] = self.early_search
         # With --out, every episode goes to a journal as it ends: the same command again resumes, and with a
         # larger --limit it runs only the further starts.
         key = about | {"max_seconds": self.max_seconds, "steps": self.steps, "seed": self.seed,

@@ -71,6 +71,8 @@ class EpisodeResult:
     """Online: (time, "fired" | "re-armed"), s, in order."""
     reacquisitions: int = 0
     """Online: how many times an object of the twin was re-acquired (put where the cameras found it)."""
+    early_placements: int = 0
+    """Online: of those, how many in sync, on the detector's suspicion (`RuntimeConfig.early_search`)."""
     abandoned: bool = False
     """Online: ended early because the detector held the arm for `EnvConfig.max_held_s` without a break (the
     episode counts as it stands on ground truth: a failure unless the task was already solved)."""
@@ -96,6 +98,7 @@ class EpisodeResult:
             "desynced_s": self.desynced_s,
             "desync_events": len([e for e in self.desync_events if e[1] == "fired"]),
             "reacquisitions": self.reacquisitions,
+            "early_placements": self.early_placements,
             "abandoned": self.abandoned,
         }
 
@@ -129,6 +132,7 @@ class _Judge:
                 r.desync_events.append((float(frame.time), "fired" if report.desynced else "re-armed"))
             r.desynced_s += self.env.dt if report.desynced else 0.0
             r.reacquisitions += sum(a.placed for a in report.reacquisitions)
+            r.early_placements += sum(a.placed and a.early for a in report.reacquisitions)
         if frame.frame % self.every == 0:
             self.judge(float(np.max(frame.time)))
 

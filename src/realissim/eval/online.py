@@ -25,7 +25,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +37,7 @@ from realissim.envs.env import FrameInfo
 from realissim.eval.distributed import PolicyFactory
 from realissim.eval.episode import EpisodeObserver, EpisodeResult, run_episode
 from realissim.eval.stats import agreement, wilson
+from realissim.eval.sync.metrics import detector_score
 from realissim.policy.base import Policy
 from realissim.real.surrogate import Surrogate, SurrogateConfig, SurrogateError
 from realissim.runtime import RuntimeConfig
@@ -145,10 +146,60 @@ class OnlineReport:
             "desynced_s": float(sum(r.desynced_s for r in done)),
             "desync_events": int(sum(sum(1 for _, what in r.desync_events if what == "fired") for r in done)),
             "reacquisitions": int(sum(r.reacquisitions for r in done)),
+            "early_placements": int(sum(r.early_placements for r in done)),
             "abandoned": int(sum(r.abandoned for r in done)),
+            **detector_summary(self.finished),
             "median_episode_wall_s": float(np.median([r.wall_s for r in done])) if n else math.nan,
             "wall_s": self.wall_s,
         }
+
+
+LOSS_S = 0.25
+"""An oracle loss episode is an error > 2 cm lasting more than this, s; the detector must flag it within as long."""
+
+
+def detector_summary(episodes: Sequence[OnlineEpisode]) -> dict[str, float | int]:
+    """The desync detector judged against the oracle (evaluation only) over finished online episodes, from each
+    one's sync errors (the `SyncErrors` samples, every 6th frame: 10 Hz at 60 Hz) and its fired/re-armed events
+    (`eval.sync.metrics.detector_score`: an oracle episode is > 2 cm for > `LOSS_S`, hit when flagged within
+    `LOSS_S` of its start; an alarm is false when the error stays ≤ 2 cm throughout it and over `LOSS_S` before it).
+    Sampled at 10 Hz, a loss shorter than ~0.2 s can go unseen. Returns the oracle episodes, hits, recall (1 with
+    none), false alarms, false alarms per minute of in-sync running, and the longest silent loss (error > 2 cm
+    while the detector said in sync), s."""
+    found = hits = false = 0
+    in_sync_min = longest = 0.0
+    for episode in episodes:
+        r = episode.result
+        if r is None:
+            continue
+        n = min(len(r.times), len(episode.sync_errors))
+        if n < 2:
+            continue
+        times, errors = np.asarray(r.times[:n]), np.asarray(episode.sync_errors[:n])
+        flagged = np.zeros(n, dtype=bool)
+        since = None
+        for t, what in r.desync_events:
+            if what == "fired":
+                since = t
+            elif since is not None:
+                flagged |= (times >= since) & (times < t)
+                since = None
+        if since is not None:
+            flagged |= times >= since
+        score = detector_score(times, errors, flagged, min_duration=LOSS_S, within=LOSS_S)
+        found += int(score["oracle_episodes"])
+        hits += int(score["hits"])
+        false += int(score["false_alarms"])
+        in_sync_min += float(np.count_nonzero(errors <= 0.02)) * float(np.median(np.diff(times))) / 60.0
+        longest = max(longest, float(score["longest_silent_loss_s"]))
+    return {
+        "oracle_loss_episodes": found,
+        "detector_hits": hits,
+        "detector_recall": hits / found if found else 1.0,
+        "false_alarms": false,
+        "false_alarms_per_min": false / in_sync_min if in_sync_min > 0 else 0.0,
+        "longest_silent_loss_s": longest,
+    }
 
 
 WorldFactory = Callable[[], Surrogate]
@@ -159,13 +210,18 @@ def online_env_config(
     replan_every: float | None = None,
     calibrate_at: Literal["goal", "start"] = "goal",
     max_held_s: float | None = 10.0,
+    early_search: float | None = None,
 ) -> EnvConfig:
     """The environment of an online evaluation: the default runtime (correction and follower on), correcting on
     every `correct_every`-th frame (`RuntimeConfig.correct_every`), the twin's appearance calibrated at the task's
     goal or at the first start (`EnvConfig.calibrate_at`), an episode abandoned after `max_held_s` s of
-    unbroken hold by the desync detector (`EnvConfig.max_held_s`)."""
-    return EnvConfig(runtime=RuntimeConfig(correct_every=correct_every), replan_every=replan_every,
-                     calibrate_at=calibrate_at, max_held_s=max_held_s)  # fmt: skip
+    unbroken hold by the desync detector (`EnvConfig.max_held_s`); `early_search` (None: the runtime's default)
+    sets `RuntimeConfig.early_search`."""
+    runtime = RuntimeConfig(correct_every=correct_every)
+    if early_search is not None:
+        runtime = replace(runtime, early_search=early_search)
+    return EnvConfig(runtime=runtime, replan_every=replan_every, calibrate_at=calibrate_at,
+                     max_held_s=max_held_s)  # fmt: skip
 
 
 def evaluate_online(

@@ -115,6 +115,23 @@ class DesyncDetector:
         self._confirmed = self.desynced
 
     @property
+    def suspicion(self) -> float:
+        """How far the evidence against sync has come towards firing: the largest of the four ways' consecutive
+        counts, each over the count that fires it (0: no evidence; ≥ 1 fires). 0 while out of sync."""
+        if self.desynced:
+            return 0.0
+        cfg = self.config
+        return max(self._high / cfg.frames, self._pulled / cfg.frames, self._away / cfg.sight_frames,
+                   self._skewed / cfg.overlap_frames)  # fmt: skip
+
+    def clear(self) -> None:
+        """In sync: the twin's objects were just put where the images show them (an early search,
+        `RuntimeConfig.early_search`), so the evidence gathered against their old pose no longer holds; the
+        firing counts start afresh. The baselines are kept. No-op while out of sync."""
+        if not self.desynced:
+            self._high = self._pulled = self._away = self._skewed = 0
+
+    @property
     def baseline(self) -> float:
         """The median in-sync residual (inf during warm-up)."""
         return float(np.median(self._baseline)) if len(self._baseline) >= self.config.warmup else float("inf")

@@ -179,6 +179,7 @@ def run_scenario(
     out["timing_ms"] = {key: 1e3 * float(np.median(v)) for key, v in sync.timings.items()}
     out["reacquire_ms"] = out["timing_ms"].get("reacquire", 0.0)  # median over the frames that searched
     out["reacquisitions"] = episode.reacquisitions
+    out["early_placements"] = episode.early_placements
     out["desynced_s"] = episode.desynced_s
     out["task"] = episode.final
     times, errors = np.asarray(sync.recorder.times), np.asarray(sync.recorder.pos_err)
