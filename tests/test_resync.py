@@ -162,9 +162,9 @@ def test_runtime_config_rejects_bad_retry_periods() -> None:
 def test_an_early_search_puts_a_drifting_t_back_before_the_detector_fires(
     online: tuple[Surrogate, Runtime],
 ) -> None:
-    """The twin's T moved 3 cm and 60° from the real one: by default the detector fires (and the search then
-    re-acquires it); with `early_search` the search runs in sync on half the evidence, places the T, and the
-    detector never fires nor holds the arm."""
+    """The twin's T moved 3 cm and 60° from the real one: without the early search the detector fires (and the
+    search then re-acquires it); with it (the default) the search runs in sync on half the evidence, places the
+    T, and the detector never fires nor holds the arm."""
     world, runtime = online
     home = np.asarray(runtime.scene.robot.home)
     default = runtime.config
