@@ -25,9 +25,10 @@ FPS = 60
 
 @pytest.fixture(scope="module")
 def online(scene: SceneSpec) -> Iterator[tuple[Surrogate, Runtime]]:
-    """A surrogate and a runtime calibrated to it at the scene's start (as `Env` does on its first reset)."""
+    """A surrogate and a runtime calibrated to it at the scene's start (as `Env` does on its first reset). The
+    early search is off, so that a loss goes through the alarm (the tests of the early search turn it on)."""
     with Surrogate(scene, SurrogateConfig(camera_size=(160, 90), seed=3)) as world:
-        runtime = Runtime(scene, RuntimeConfig(), world)
+        runtime = Runtime(scene, RuntimeConfig(early_search=0.0), world)
         runtime.reset()
         runtime.calibrate()
         yield world, runtime
@@ -191,6 +192,35 @@ def test_an_early_search_puts_a_drifting_t_back_before_the_detector_fires(
     assert not fired, "the early search must put the T back before the detector fires"
     assert placed_early == [True]
     assert pos < 0.005 and yaw < math.radians(3)
+
+
+def test_with_the_default_early_search_a_t_teleported_15_cm_is_resynced_without_an_alarm(
+    online: tuple[Surrogate, Runtime],
+) -> None:
+    """The issue's re-acquisition case at the runtime's defaults: teleported 15 cm and 90° away, the twin's T is
+    found and put back within 1 s, by the early search, before the detector fires."""
+    world, runtime = online
+    home = np.asarray(runtime.scene.robot.home)
+    default = runtime.config
+    try:
+        runtime.config = replace(default, early_search=RuntimeConfig().early_search)
+        assert runtime.config.early_search > 0
+        runtime.reset()
+        _settle(runtime, home, 15)
+        _teleport(runtime, 0.15, math.pi / 2, 2.4)
+        before = len(runtime.reacquisitions)
+        back = None
+        for frame in range(FPS):
+            report = runtime.frame(home)
+            assert not report.desynced, "the early search must put the T back before the detector fires"
+            if back is None and _errors(world, report)[0] < 0.01:
+                back = frame
+    finally:
+        runtime.config = default
+    assert back is not None and back < 12, back
+    assert [a.early for a in runtime.reacquisitions[before:] if a.placed] == [True]
+    pos, yaw = _errors(world, report)
+    assert pos < 0.01 and yaw < math.radians(3.0), (pos, math.degrees(yaw))
 
 
 def test_while_held_the_lost_object_rests_instead_of_being_pulled(unsearched: tuple[Surrogate, Runtime]) -> None:
