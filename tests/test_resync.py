@@ -163,8 +163,8 @@ def test_runtime_config_rejects_bad_retry_periods() -> None:
 def test_an_early_search_puts_a_drifting_t_back_before_the_detector_fires(
     online: tuple[Surrogate, Runtime],
 ) -> None:
-    """The twin's T moved 3 cm and 60° from the real one: without the early search the detector fires (and the
-    search then re-acquires it); with it (the default) the search runs in sync on half the evidence, places the
+    """The twin's T moved 3 cm and 60° from the real one: without the early search (the default) the detector
+    fires (and the search then re-acquires it); with it the search runs in sync on half the evidence, places the
     T, and the detector never fires nor holds the arm."""
     world, runtime = online
     home = np.asarray(runtime.scene.robot.home)
@@ -194,17 +194,16 @@ def test_an_early_search_puts_a_drifting_t_back_before_the_detector_fires(
     assert pos < 0.005 and yaw < math.radians(3)
 
 
-def test_with_the_default_early_search_a_t_teleported_15_cm_is_resynced_without_an_alarm(
+def test_with_the_early_search_a_t_teleported_15_cm_is_resynced_without_an_alarm(
     online: tuple[Surrogate, Runtime],
 ) -> None:
-    """The issue's re-acquisition case at the runtime's defaults: teleported 15 cm and 90° away, the twin's T is
-    found and put back within 1 s, by the early search, before the detector fires."""
+    """The issue's re-acquisition case with the early search on (0.5): teleported 15 cm and 90° away, the twin's T
+    is found and put back within 1 s, by the early search, before the detector fires."""
     world, runtime = online
     home = np.asarray(runtime.scene.robot.home)
     default = runtime.config
     try:
-        runtime.config = replace(default, early_search=RuntimeConfig().early_search)
-        assert runtime.config.early_search > 0
+        runtime.config = replace(default, early_search=0.5)
         runtime.reset()
         _settle(runtime, home, 15)
         _teleport(runtime, 0.15, math.pi / 2, 2.4)

@@ -504,7 +504,7 @@ class EvalOffline:
     early_search: float | None = None
     """online: search the objects while in sync once the desync detector's evidence has come this far towards
     firing, and put a drifting twin object back before it is lost (`RuntimeConfig.early_search`; None: the
-    runtime's default, 0.5; 0: off)."""
+    runtime's default, 0: off; 0.5 searches on half the evidence)."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20

@@ -123,14 +123,15 @@ class RuntimeConfig:
     recheck_frames: int = 45
     """... and one that did, after this many (when the detector has still not re-armed: the placement did not
     bring the twin back in sync)."""
-    early_search: float = 0.5
+    early_search: float = 0.0
     """While in sync: once the detector's evidence has come this far towards firing (`DesyncDetector.suspicion`;
-    0.5: half of the frames that fire it), search the objects at once, without holding the arm; a found pose that
+    e.g. 0.5: half of the frames that fire it), search the objects at once, without holding the arm; a found pose that
     explains clearly more (`confirm_fraction`) is placed, the twin arm first moved to the real one, and the
     detector's counts start afresh, so a twin drifting away is put back before it is lost. A search that confirms
     the twin changes nothing. 0: off (search only once the detector has fired). Each such search costs a frame
-    its time (`timing["reacquire"]`, ~0.15 s on 2 cores). Online, 40 episodes of two checkpoints: false alarms
-    16 → 1, sync error p95 −0.5 to −0.9 mm (docs/decisions.md, "The early search")."""
+    its time (`timing["reacquire"]`, ~0.15 s on 2 cores). Online at 0.5, 60 episodes of three checkpoints: false
+    alarms 24 → 3, but on the 21 episodes it changed success fell 10 → 3, so it is off (docs/decisions.md, "The
+    early search")."""
     early_every: int = 30
     """Frames between two early searches at least (a suspicion the search confirmed is not searched again at
     once)."""
