@@ -37,7 +37,7 @@ from realissim.envs.env import FrameInfo
 from realissim.eval.distributed import PolicyFactory
 from realissim.eval.episode import EpisodeObserver, EpisodeResult, run_episode
 from realissim.eval.stats import agreement, wilson
-from realissim.eval.sync.metrics import detector_score
+from realissim.eval.sync.metrics import DESYNC_M, LOSS_MIN_S, detector_score
 from realissim.policy.base import Policy
 from realissim.real.surrogate import Surrogate, SurrogateConfig, SurrogateError
 from realissim.runtime import RuntimeConfig
@@ -154,15 +154,12 @@ class OnlineReport:
         }
 
 
-LOSS_S = 0.25
-"""An oracle loss episode is an error > 2 cm lasting more than this, s; the detector must flag it within as long."""
-
-
 def detector_summary(episodes: Sequence[OnlineEpisode]) -> dict[str, float | int]:
     """The desync detector judged against the oracle (evaluation only) over finished online episodes, from each
     one's sync errors (the `SyncErrors` samples, every 6th frame: 10 Hz at 60 Hz) and its fired/re-armed events
-    (`eval.sync.metrics.detector_score`: an oracle episode is > 2 cm for > `LOSS_S`, hit when flagged within
-    `LOSS_S` of its start; an alarm is false when the error stays ≤ 2 cm throughout it and over `LOSS_S` before it).
+    (`eval.sync.metrics.detector_score`: an oracle episode is > 2 cm for > `LOSS_MIN_S`, hit when flagged within
+    `LOSS_MIN_S` of its start; an alarm is false when the error stays ≤ 2 cm throughout it and over `LOSS_MIN_S`
+    before it).
     Sampled at 10 Hz, a loss shorter than ~0.2 s can go unseen. Returns the oracle episodes, hits, recall (1 with
     none), false alarms, false alarms per minute of in-sync running, and the longest silent loss (error > 2 cm
     while the detector said in sync), s."""
@@ -186,11 +183,11 @@ def detector_summary(episodes: Sequence[OnlineEpisode]) -> dict[str, float | int
                 since = None
         if since is not None:
             flagged |= times >= since
-        score = detector_score(times, errors, flagged, min_duration=LOSS_S, within=LOSS_S)
+        score = detector_score(times, errors, flagged, min_duration=LOSS_MIN_S, within=LOSS_MIN_S)
         found += int(score["oracle_episodes"])
         hits += int(score["hits"])
         false += int(score["false_alarms"])
-        in_sync_min += float(np.count_nonzero(errors <= 0.02)) * float(np.median(np.diff(times))) / 60.0
+        in_sync_min += float(np.count_nonzero(errors <= DESYNC_M)) * float(np.median(np.diff(times))) / 60.0
         longest = max(longest, float(score["longest_silent_loss_s"]))
     return {
         "oracle_loss_episodes": found,

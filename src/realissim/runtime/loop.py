@@ -481,26 +481,20 @@ class Runtime:
             self._next_early = self._frame + self.config.early_every
             if placed:
                 self.detector.clear()
-                self.correction.reset()
-                self._held_wrench = None
-                log.info("placed early at frame %d: %s", self._frame,
-                         ", ".join(f"object {a.object} → ({a.search.pos[0]:.3f}, {a.search.pos[1]:.3f}) m, "
-                                   f"{np.degrees(a.search.yaw):.0f}°" for a in attempts if a.placed))  # fmt: skip
-            self.reacquisitions.extend(attempts)
-            return tuple(attempts)
-        if settled:
-            self.detector.confirm()
-        if settled or placed:
-            self._lost = False  # the twin's objects are where the images show them: the correction may track again
+        else:
+            if settled:
+                self.detector.confirm()
+            if settled or placed:
+                self._lost = False  # the twin's objects are where the images show them: the correction may track
+            # Unsettled (not seen, nothing reliable, blocked): searched again soon; settled: only if the detector
+            # has not re-armed a while later.
+            self._next_search = self._frame + (self.config.recheck_frames if settled else self.config.retry_frames)
         if placed:
             self.correction.reset()
             self._held_wrench = None
-            log.info("re-acquired at frame %d: %s", self._frame,
+            log.info("%s at frame %d: %s", "placed early" if early else "re-acquired", self._frame,
                      ", ".join(f"object {a.object} → ({a.search.pos[0]:.3f}, {a.search.pos[1]:.3f}) m, "
                                f"{np.degrees(a.search.yaw):.0f}°" for a in attempts if a.placed))  # fmt: skip
-        # Unsettled (not seen, nothing reliable, blocked): searched again soon; settled: only if the detector has
-        # not re-armed a while later.
-        self._next_search = self._frame + (self.config.recheck_frames if settled else self.config.retry_frames)
         self.reacquisitions.extend(attempts)
         return tuple(attempts)
 

@@ -82,6 +82,8 @@ class SyncRecorder:
 
 DESYNC_M = 0.02
 """The oracle calls the twin out of sync when an object's position error exceeds this, m."""
+LOSS_MIN_S = 0.25
+"""An oracle desync episode must last longer than this, s, and the detector must fire within it of its start."""
 
 
 def _runs(flags: np.ndarray) -> list[tuple[int, int]]:

@@ -21,7 +21,7 @@ import torch
 
 from realissim.envs.env import Env, EnvConfig, FrameInfo
 from realissim.eval.episode import EpisodeObserver, ProgressBar, run_episode
-from realissim.eval.sync.metrics import SyncRecorder, detector_score, fault_outcome
+from realissim.eval.sync.metrics import LOSS_MIN_S, SyncRecorder, detector_score, fault_outcome
 from realissim.expert.random_pushes import RandomPushes, RandomPushesConfig
 from realissim.expert.scripted import ScriptedPush
 from realissim.policy.base import Observation
@@ -127,8 +127,6 @@ def contact_rich(seed: int = 0, **changes: object) -> ScenarioConfig:
 
 MOVING_M_S = 0.01
 """A frame counts as moving when the real T's planar speed exceeds this, m/s."""
-LOSS_MIN_S = 0.25
-"""An oracle desync episode must last longer than this, s, and the detector must fire within it of its start."""
 
 
 def run_scenario(
