@@ -281,3 +281,35 @@ def test_a_lost_object_rests_until_placed_then_the_correction_tracks_again(
     assert placed and not report.desynced
     assert not any(lost), "a wrench was applied to the lost T before the search placed it"
     assert found and all(found), "the correction must track the placed T while the detector waits to re-arm"
+
+
+def test_an_early_hold_pauses_both_arms_after_an_early_placement_without_an_alarm(
+    online: tuple[Surrogate, Runtime],
+) -> None:
+    """`early_hold`: after an early placement the twin arm holds where the real arm was (its targets do not move
+    although the policy's do) for that many frames, the detector never fires, and the arm moves on after."""
+    _, runtime = online
+    home = np.asarray(runtime.scene.robot.home)
+    away = home.copy()
+    away[0] += 0.15  # the policy's target: a slow turn of the base joint, clear of the T
+    default = runtime.config
+    hold = 20
+    try:
+        runtime.config = replace(default, early_search=0.5, early_hold=hold)
+        runtime.reset()
+        _settle(runtime, home, 15)
+        _teleport(runtime, 0.03, math.radians(60), 1.0)
+        before = len(runtime.reacquisitions)
+        targets, placed_at = [], None
+        for frame in range(FPS):
+            report = runtime.frame(home + (away - home) * min(1.0, frame / 30))
+            assert not report.desynced, "an early placement with a hold is not an alarm"
+            targets.append(runtime.twin.data.ctrl[runtime.twin.layout.actuators].copy())
+            if placed_at is None and any(a.placed for a in runtime.reacquisitions[before:]):
+                placed_at = frame
+    finally:
+        runtime.config = default
+    assert placed_at is not None and placed_at + hold + 10 < FPS, placed_at
+    held = np.asarray(targets[placed_at : placed_at + hold])
+    assert np.abs(held - held[0]).max() < 1e-9, "the twin arm's targets must hold for `early_hold` frames"
+    assert abs(targets[-1][0] - held[0][0]) > 0.01, "after the hold the arm must move on towards the policy's target"

@@ -505,6 +505,9 @@ class EvalOffline:
     """online: search the objects while in sync once the desync detector's evidence has come this far towards
     firing, and put a drifting twin object back before it is lost (`RuntimeConfig.early_search`; None: the
     runtime's default, 0: off; 0.5 searches on half the evidence)."""
+    early_hold: int | None = None
+    """online: frames the arms hold after an early placement, as after an alarm but without it
+    (`RuntimeConfig.early_hold`; None: the runtime's default, 0)."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -576,11 +579,9 @@ class EvalOffline:
         policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
         task = make(name.partition("/")[0])
         policy.check_scene(task.scene)
-        config = policy.env_config(
-            online_env_config(
-                self.correct_every, self.replan_every, self.calibrate_at, self.max_held_s, self.early_search
-            )
-        )
+        env = online_env_config(self.correct_every, self.replan_every, self.calibrate_at, self.max_held_s,
+                                self.early_search, self.early_hold)  # fmt: skip
+        config = policy.env_config(env)
         world = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=(160, 90),
                                 mode="realtime" if self.realtime else "lockstep")  # fmt: skip
         about = {"checkpoint": str(self.target), "starts": name, "trials": self.trials,
@@ -589,6 +590,8 @@ class EvalOffline:
                  "max_held_s": self.max_held_s}  # fmt: skip
         if self.early_search is not None:  # (absent otherwise: journals written before the option still match)
             about["early_search"] = self.early_search
+        if self.early_hold is not None:
+            about["early_hold"] = self.early_hold
         # With --out, every episode goes to a journal as it ends: the same command again resumes, and with a
         # larger --limit it runs only the further starts.
         key = about | {"max_seconds": self.max_seconds, "steps": self.steps, "seed": self.seed,

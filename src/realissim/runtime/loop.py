@@ -130,8 +130,12 @@ class RuntimeConfig:
     detector's counts start afresh, so a twin drifting away is put back before it is lost. A search that confirms
     the twin changes nothing. 0: off (search only once the detector has fired). Each such search costs a frame
     its time (`timing["reacquire"]`, ~0.15 s on 2 cores). Online at 0.5, 60 episodes of three checkpoints: false
-    alarms 24 → 3, but on the 21 episodes it changed success fell 10 → 3, so it is off (docs/decisions.md, "The
-    early search")."""
+    alarms 24 → 3, but on the 24 episodes it changed success fell 10 → 3, so it is off (docs/decisions.md, "The
+    early search"; stop 48: not because of the arm's snap)."""
+    early_hold: int = 0
+    """Frames the arms hold after an early placement, as while the detector fires (the twin arm at the real
+    arm's joints, the follower holding, the policy's targets waiting), without the detector firing: the
+    re-arm's pause after an alarm's placement (20 frames) without the alarm. 0: none."""
     early_every: int = 30
     """Frames between two early searches at least (a suspicion the search confirmed is not searched again at
     once)."""
@@ -153,6 +157,8 @@ class RuntimeConfig:
         if not 0.0 <= self.early_search < 1.0:
             raise ValueError(f"early_search: must be in [0, 1) (a fraction of the evidence that fires), got "
                              f"{self.early_search}")  # fmt: skip
+        if self.early_hold < 0:
+            raise ValueError(f"early_hold: must be ≥ 0 frames, got {self.early_hold}")
         if self.early_every < 1:
             raise ValueError(f"early_every: must be ≥ 1, got {self.early_every}")
         if self.retry_frames < 1 or self.recheck_frames < 1:
@@ -268,6 +274,8 @@ class Runtime:
         self._frame = 0
         self._next_search = 0
         self._next_early = 0
+        self._settle_left = 0
+        """Frames the arms still hold after an early placement (`RuntimeConfig.early_hold`)."""
         self._lost = False
         """Held, and no search has placed or confirmed the objects since the detector fired."""
 
@@ -299,7 +307,7 @@ class Runtime:
         self._held_left = 0
         self._stalled = False
         self._lost = False
-        self._frame = self._next_search = self._next_early = 0
+        self._frame = self._next_search = self._next_early = self._settle_left = 0
         self.reacquisitions = []
 
     def calibrate(self) -> None:
@@ -353,7 +361,8 @@ class Runtime:
         desync detector says the twin is out of sync, the follower holds the real arm and the twin arm holds too
         (its targets stay those of the frame the detector fired; q_target is ignored until it re-arms), so the
         policy's motion cannot push the twin's objects where the real ones are not; with `rest_while_held` the
-        correction's wrench is withheld too, so the objects rest until the search places or confirms them."""
+        correction's wrench is withheld too, so the objects rest until the search places or confirms them. Both
+        arms hold the same way for `early_hold` frames after an early placement, the detector in sync."""
         timing: dict[str, float] = {}
         clock = time.perf_counter
         t0 = clock()
@@ -410,7 +419,11 @@ class Runtime:
             self.twin.apply_wrenches(self._held_wrench)
             self._held_left -= 1
         t0 = clock()
-        if self.desynced:  # hold the twin arm with the real one, so the two stay consistent until re-armed
+        settling = self._settle_left > 0 and not self.desynced
+        if settling:
+            self._settle_left -= 1
+        holding = self.desynced or settling
+        if holding:  # hold the twin arm with the real one, so the two stay consistent until re-armed
             if self._held_target is None:  # where the real arm was when the detector fired (the twin's is ahead
                 # of it by the follower's lag, possibly inside the real object the twin lost)
                 held = q_real if q_real is not None else self.twin.data.ctrl[self.twin.layout.actuators]
@@ -421,7 +434,7 @@ class Runtime:
         else:
             self._held_target = None
         lead = float("nan")
-        if self.lead_bound is not None and q_real is not None and not self.desynced:
+        if self.lead_bound is not None and q_real is not None and not holding:
             q_target = check_targets(self.twin.layout, q_target)[0]  # within the joint limits before bounding
             # ... and within what the follower (and the shaper) command, short of the limits by their margin: a
             # desired tip the arms cannot reach would keep its lead above the bound, and the path behind it stalls.
@@ -440,7 +453,7 @@ class Runtime:
         timing["physics"] = clock() - t0
         if self.follower is not None and self.world is not None:
             t0 = clock()
-            self.follower.follow(self.world.robot, state.q, hold=self.desynced)
+            self.follower.follow(self.world.robot, state.q, hold=holding)
             timing["follow"] = clock() - t0
         if self.world is not None and self.world.lockstep:
             t0 = clock()
@@ -481,6 +494,10 @@ class Runtime:
             self._next_early = self._frame + self.config.early_every
             if placed:
                 self.detector.clear()
+                if self.config.early_hold:
+                    self._settle_left = self.config.early_hold
+                    if self.lead_bound is not None:
+                        self.lead_bound.reset()
         else:
             if settled:
                 self.detector.confirm()
