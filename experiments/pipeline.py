@@ -36,20 +36,27 @@ log = logging.getLogger("experiments")
 
 
 def ensure_demos(
-    path: Path, wanted: int, online: bool = False, seed: int = 0, disturb_every: float = 3.0, randomize: bool = False
+    path: Path,
+    wanted: int,
+    online: bool = False,
+    seed: int = 0,
+    disturb_every: float = 3.0,
+    randomize: bool = False,
+    workers: int = 1,
 ) -> Dataset:
     """The dataset at `path` with at least `wanted` successful expert episodes, collecting (appending) as
     needed; `online` collects through the surrogate with its cameras' frames recorded. Offline, the T is moved
     every `disturb_every` s on average while the expert works (the README's recipe, `collect --disturb-every 3`:
     55 → 66–68 % on eval-v1, docs/results.md); 0: undisturbed. `randomize`: offline, each episode's object
-    dynamics drawn (`collect --randomize`)."""
+    dynamics drawn (`collect --randomize`). `workers`: episodes collected at once (`collect --workers`)."""
     for _ in range(10):
         have = len(Dataset(path).episodes) if (path / "zarr.json").exists() else 0
         if have >= wanted:
             return Dataset(path)
         log.info("collecting %d more demonstrations into %s", wanted - have, path)
         collect(CollectConfig(episodes=wanted - have, out=path, seed=seed, online=online, record_images=online,
-                              disturb_every=0.0 if online else disturb_every, randomize=randomize))  # fmt: skip
+                              disturb_every=0.0 if online else disturb_every, randomize=randomize,
+                              workers=workers))  # fmt: skip
     raise RuntimeError(f"{path}: could not collect {wanted} successful demonstrations")
 
 

@@ -89,7 +89,8 @@ class Args:
     threads: int = 1
     """Torch threads for training (`TrainConfig.threads`: 2 is faster on an otherwise idle 2-core machine)."""
     online_workers: int = 1
-    """Online episodes at once, each worker with its own surrogate (2 on an otherwise idle 2-core machine)."""
+    """Online episodes at once, each worker with its own surrogate (2 on an otherwise idle 2-core machine): the
+    online evaluations and `real`'s online demonstrations (`collect --workers`)."""
     adopt: bool = True
     """Image arms act through the estimated pose with the state arm's chosen policy adopted and frozen (the
     project's image recipe); `--no-adopt`: trained end to end."""
@@ -136,7 +137,7 @@ def main(args: Args) -> None:
         own = arm == "real" and args.real_own_state
         if arm == "real":
             data, demos = args.out / "demos_online", args.real_demos
-            ensure_demos(data, demos, online=True)
+            ensure_demos(data, demos, online=True, workers=args.online_workers)
         else:
             data, demos = offline_data, args.demos
         if not own and args.data is None:

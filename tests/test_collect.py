@@ -60,3 +60,24 @@ def test_collect_passes_its_expert_settings_to_the_expert() -> None:
     assert default.config == PushTExpertConfig()  # type: ignore[attr-defined]
     recipe = make_expert(task, CollectConfig(expert_travel_cost=0.06, expert_reseed=True))  # not the defaults
     assert recipe.config.travel_cost == 0.06 and recipe.config.reseed is True  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_parallel_collection_stores_what_one_process_collects_in_index_order(tmp_path: Path) -> None:
+    from realissim.collect import collect
+
+    settings = dict(episodes=3, max_seconds=1.5, seed=3, progress=False)
+    collect(CollectConfig(out=tmp_path / "one", **settings))  # type: ignore[arg-type]
+    report = collect(CollectConfig(out=tmp_path / "two", workers=2, **settings))  # type: ignore[arg-type]
+    assert report.added == 3 and report.total_episodes == 3
+    one, two = Dataset(tmp_path / "one", include_failed=True), Dataset(tmp_path / "two", include_failed=True)
+    assert [e.index for e in two.all_episodes] == [0, 1, 2]
+    assert [e.seed for e in two.all_episodes] == [e.seed for e in one.all_episodes]
+    for a, b in zip(one.all_episodes, two.all_episodes, strict=True):
+        assert (a.length, a.success, a.final_coverage) == (b.length, b.success, b.final_coverage)
+        for name in ("q", "object_pos", "q_cmd"):
+            np.testing.assert_array_equal(one.arrays(a.index)[name][:], two.arrays(b.index)[name][:], err_msg=name)
+    assert not list(tmp_path.glob(".two.part-*"))  # the workers' part datasets are gone
+    collect(CollectConfig(out=tmp_path / "two", workers=2, **settings | {"episodes": 2}))  # type: ignore[arg-type]
+    again = Dataset(tmp_path / "two", include_failed=True).all_episodes
+    assert [e.index for e in again] == [0, 1, 2, 3, 4] and len({e.seed for e in again}) == 5  # appends, new starts

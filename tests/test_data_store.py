@@ -229,6 +229,27 @@ def test_resume_with_an_incompatible_meta_names_the_field(
         DatasetWriter(tmp_path / "ds", make_meta(scene, **changes))
 
 
+def test_episodes_move_in_from_another_dataset_as_the_next_ones_and_leave_it(tmp_path: Path, scene: SceneSpec) -> None:
+    meta = make_meta(scene, online=True, cameras=("front",))
+    mine, theirs = write(tmp_path / "ds", meta, [3]), write(tmp_path / "part", meta, [4, 5])
+    with DatasetWriter(tmp_path / "ds", meta) as writer:
+        moved = writer.move_in(tmp_path / "part", 1)  # the part's second episode first: any order
+        assert (moved.index, moved.length, moved.seed) == (1, 5, 1)
+        writer.move_in(tmp_path / "part", 0)
+        with pytest.raises(DatasetError, match="episode"):  # gone from the part now
+            writer.move_in(tmp_path / "part", 0)
+        with pytest.raises(DatasetError, match=r"cannot move .*fps"):
+            write(tmp_path / "other", dataclasses.replace(meta, fps=30.0), [2])
+            writer.move_in(tmp_path / "other", 0)
+        assert writer.next_index == 3
+    ds = Dataset(tmp_path / "ds")
+    assert [(e.index, e.length, e.seed) for e in ds.episodes] == [(0, 3, 0), (1, 5, 1), (2, 4, 0)]
+    for index, expected in ((0, mine[0]), (1, theirs[1]), (2, theirs[0])):
+        assert_episodes_equal(ds.episode(index), expected)
+    assert not Dataset(tmp_path / "part", include_failed=True).all_episodes
+    assert len(Dataset(tmp_path / "other").episodes) == 1  # a refused move leaves both untouched
+
+
 def test_resume_with_another_scene_names_the_scene_field(tmp_path: Path, scene: SceneSpec) -> None:
     write(tmp_path / "ds", make_meta(scene), [2])
     heavier = dataclasses.replace(scene.objects[0], mass=scene.objects[0].mass * 2)

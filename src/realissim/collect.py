@@ -16,10 +16,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --help` stays fast
+    from realissim.data.store import DatasetWriter
     from realissim.envs import Env
+    from realissim.eval.episode import EpisodeResult
     from realissim.expert.disturb import DisturbConfig
     from realissim.policy.base import Policy
     from realissim.real.interfaces import RealWorld
@@ -82,6 +84,11 @@ class CollectConfig:
     """Dynamics randomisation: largest planar centre-of-mass displacement, m (uniform over the disc)."""
     progress: bool = True
     """Show a progress bar."""
+    workers: int = 1
+    """Episodes collected at once, each worker a process with its own twin (online: and its own surrogate); the
+    expert only. An online lock-step pair of twin and surrogate keeps about one core busy, so two workers on two
+    cores collect about twice as fast. Each episode depends on its index alone (start, dynamics and disturbances
+    seeded by it), and they are stored in index order."""
 
     def __post_init__(self) -> None:
         if self.disturb_every and (self.online or self.policy != "expert"):
@@ -89,6 +96,8 @@ class CollectConfig:
         _ = self.disturb  # validates the disturbance options
         if self.episodes < 0:
             raise ValueError(f"episodes: must be ≥ 0, got {self.episodes}")
+        if self.workers < 1:
+            raise ValueError(f"workers: must be ≥ 1, got {self.workers}")
         if not (self.max_seconds > 0 and math.isfinite(self.max_seconds)):
             raise ValueError(f"max_seconds: must be a positive number, got {self.max_seconds}")
         if self.gap is not None and not self.online:
@@ -158,6 +167,13 @@ class CollectReport:
     success_times: list[float] = field(default_factory=list)
     wall_s: float = 0.0
 
+    def add(self, result: EpisodeResult) -> None:
+        """Count one episode added."""
+        self.added += 1
+        self.successes += int(result.success)
+        if result.success:
+            self.success_times.append(result.success_time)
+
     def as_dict(self) -> dict[str, float | int]:
         import numpy as np
 
@@ -210,62 +226,214 @@ class _Randomizer:
         return {DYNAMICS_KEY: {d.name: d.as_dict() for d in self.draws}}
 
 
+class _Collector:
+    """Runs and records episodes of `policy` in `env` into `writer`: episode `index` (its place in the dataset's
+    sequence) starts from the start sampler seeded by (seed, index), with its dynamics (`randomize`) and
+    disturbances drawn from the same, so an episode depends on its index alone, not on who collects it."""
+
+    def __init__(self, config: CollectConfig, env: Env, policy: Policy, writer: DatasetWriter) -> None:
+        from realissim.data.recorder import EpisodeRecorder
+
+        self.config, self.env = config, env
+        self.recorder = EpisodeRecorder(writer, record_images=config.record_images)
+        self.randomizer = _Randomizer(config, env, policy) if config.randomize else None
+        extras: list[Callable[[], dict[str, object]]] = [] if self.randomizer is None else [self.randomizer.extra]
+        self.disturber = None
+        if config.disturb.enabled:
+            from realissim.data.schema import DISTURBANCES_KEY
+            from realissim.expert.disturb import Disturber
+
+            self.disturber = disturber = Disturber(policy, env, env.task, config.disturb)  # type: ignore[arg-type]
+            extras.append(lambda: {DISTURBANCES_KEY: list(disturber.times)})
+            policy = disturber
+        if extras:
+            self.recorder.extra = lambda: {key: value for extra in extras for key, value in extra().items()}
+        self.policy = policy
+
+    def run(self, index: int) -> EpisodeResult:
+        """Run episode `index` and append it to the writer (`recorder.last` is its stored info)."""
+        import numpy as np
+
+        from realissim.eval.episode import run_episode
+
+        seed = int(np.random.SeedSequence([self.config.seed, index]).generate_state(1)[0])
+        self.recorder.seed = seed
+        if self.disturber is not None:
+            self.disturber.seed = seed
+        if self.randomizer is not None:
+            self.randomizer.draw(self.config.seed, index)
+        return run_episode(self.env, self.policy, None, self.config.max_seconds, [self.recorder], seed=seed)
+
+    def close(self) -> None:
+        if self.randomizer is not None:
+            self.randomizer.restore()
+
+
+def _log_episode(index: int, result: EpisodeResult) -> None:
+    log.info("episode %d: %s in %.1f s (coverage %.3f)", index, "success" if result.success else "FAILED",
+             result.duration, result.final.get("coverage", math.nan))  # fmt: skip
+
+
 def collect(config: CollectConfig, policy: Policy | None = None) -> CollectReport:
-    """Collect `config.episodes` episodes of `policy` (None: the task's expert) into `config.out`."""
-    import numpy as np
+    """Collect `config.episodes` episodes of `policy` (None: the task's expert) into `config.out`; with
+    `config.workers` > 1 (the expert only), in that many processes at once (`_collect_parallel`)."""
     from tqdm import tqdm
 
-    from realissim.data.recorder import EpisodeRecorder, meta_for_env
+    from realissim.data.recorder import meta_for_env
     from realissim.data.store import Dataset, DatasetWriter
     from realissim.envs import Env, EnvConfig
-    from realissim.eval.episode import run_episode
     from realissim.tasks import make
 
     if config.policy == "teleop":
         raise ValueError("collect: teleoperated episodes are recorded from the browser, see `realissim teleop`")
+    if config.workers > 1 and policy is not None:
+        raise ValueError("workers > 1: each worker builds the task's expert; pass no policy (or use one worker)")
     task = make(config.task)
-    policy = make_expert(task, config) if policy is None else policy
     report = CollectReport()
     wall0 = time.perf_counter()
-    with open_world(task, config) as world:
-        env = Env(task, EnvConfig(sleep=False), world)  # demonstrations in the twin as it runs online
-        meta = meta_for_env(env, "expert", gap_name(config.gap) if config.online else None, config.record_images)
-        with DatasetWriter(config.out, meta) as writer:
-            first = writer.next_index
-            recorder = EpisodeRecorder(writer, record_images=config.record_images)
-            randomizer = _Randomizer(config, env, policy) if config.randomize else None
-            extras: list[Callable[[], dict[str, object]]] = [] if randomizer is None else [randomizer.extra]
-            disturber = None
-            if config.disturb.enabled:
-                from realissim.data.schema import DISTURBANCES_KEY
-                from realissim.expert.disturb import Disturber
-
-                disturber = Disturber(policy, env, task, config.disturb)  # type: ignore[arg-type]
-                extras.append(lambda: {DISTURBANCES_KEY: list(disturber.times)})
-                policy = disturber
-            if extras:
-                recorder.extra = lambda: {key: value for extra in extras for key, value in extra().items()}
-            bar = tqdm(range(first, first + config.episodes), desc="collect", unit="episode",
-                       disable=not config.progress)  # fmt: skip
-            for index in bar:
-                seed = int(np.random.SeedSequence([config.seed, index]).generate_state(1)[0])
-                recorder.seed = seed
-                if disturber is not None:
-                    disturber.seed = seed
-                if randomizer is not None:
-                    randomizer.draw(config.seed, index)
-                result = run_episode(env, policy, None, config.max_seconds, [recorder], seed=seed)
-                report.added += 1
-                report.successes += int(result.success)
-                if result.success:
-                    report.success_times.append(result.success_time)
-                bar.set_postfix(success=f"{report.successes}/{report.added}")
-                log.info("episode %d: %s in %.1f s (coverage %.3f)", index, "success" if result.success else "FAILED",
-                         result.duration, result.final.get("coverage", math.nan))  # fmt: skip
-            if randomizer is not None:
-                randomizer.restore()
+    if config.workers > 1 and config.episodes > 1:
+        _collect_parallel(config, report)
+    else:
+        policy = make_expert(task, config) if policy is None else policy
+        with open_world(task, config) as world:
+            env = Env(task, EnvConfig(sleep=False), world)  # demonstrations in the twin as it runs online
+            meta = meta_for_env(env, "expert", gap_name(config.gap) if config.online else None, config.record_images)
+            with DatasetWriter(config.out, meta) as writer:
+                first = writer.next_index
+                collector = _Collector(config, env, policy, writer)
+                bar = tqdm(range(first, first + config.episodes), desc="collect", unit="episode",
+                           disable=not config.progress)  # fmt: skip
+                try:
+                    for index in bar:
+                        result = collector.run(index)
+                        report.add(result)
+                        bar.set_postfix(success=f"{report.successes}/{report.added}")
+                        _log_episode(index, result)
+                finally:
+                    collector.close()
     report.wall_s = time.perf_counter() - wall0
     stored = Dataset(config.out, include_failed=True)
     report.total_episodes = len(stored.all_episodes)
     report.total_successes = sum(e.success for e in stored.all_episodes)
     return report
+
+
+def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
+    """`config.episodes` expert episodes in `config.workers` processes (spawned, one thread per pool), each with
+    its own world (online: its own surrogate, same seed) and its own part dataset beside `config.out`; every
+    finished episode is moved into `config.out` (`DatasetWriter.move_in`) in the order of its index, so the
+    dataset is what one process would have collected, up to the twin's appearance calibration, which an online
+    worker runs at its own first start. If a worker fails, the episodes already finished are still moved in
+    (those after the failed one take the next places) and RuntimeError names the failure."""
+    import multiprocessing as mp
+    import queue
+    import shutil
+    import uuid
+
+    from tqdm import tqdm
+
+    from realissim.data.store import DatasetWriter
+    from realissim.real.surrogate.process import one_thread_per_pool
+
+    if config.gap is not None:
+        from realissim.real.surrogate import load_gap
+
+        load_gap(config.gap)  # fail here, naming the field, rather than in a worker
+    count = min(config.workers, config.episodes)
+    tag = uuid.uuid4().hex[:8]
+    parts = [config.out.parent / f".{config.out.name}.part-{tag}-{w}" for w in range(count)]
+    ctx = mp.get_context("spawn")  # not fork: the parent may hold torch's and numba's threads
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    processes = [ctx.Process(target=_collect_worker, args=(w, config, parts[w], inbox, outbox), name=f"collect-{w}")
+                 for w in range(count)]  # fmt: skip
+    writer: DatasetWriter | None = None
+    done: dict[int, tuple[Path, int]] = {}
+    waiting: set[int] = set()
+    failure: str | None = None
+    bar = tqdm(total=config.episodes, desc="collect", unit="episode", disable=not config.progress)
+    try:
+        with one_thread_per_pool():
+            for process in processes:
+                process.start()
+        while (writer is None or waiting) and failure is None:
+            try:
+                kind, number, payload = outbox.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p for p in processes if p.exitcode not in (None, 0)]
+                if dead or all(p.exitcode is not None for p in processes):
+                    who = dead[0] if dead else processes[0]
+                    failure = f"worker {who.name} ended (exit code {who.exitcode})"
+                continue
+            if kind == "crash":
+                failure = f"worker {number} failed:\n{payload}"
+            elif kind == "meta":
+                if writer is None:  # the first worker's world describes the dataset: open it, hand out the work
+                    writer = DatasetWriter(config.out, payload)
+                    waiting = set(range(writer.next_index, writer.next_index + config.episodes))
+                    for index in sorted(waiting):
+                        inbox.put(index)
+                    for _ in range(count):
+                        inbox.put(None)
+            else:
+                index, part_index, result = payload
+                done[index] = (parts[number], part_index)
+                waiting.discard(index)
+                report.add(result)
+                bar.update()
+                bar.set_postfix(success=f"{report.successes}/{report.added}")
+                _log_episode(index, result)
+                assert writer is not None
+                while done and min(done) <= min(waiting, default=math.inf):  # the next in order: move it in
+                    writer.move_in(*done.pop(min(done)))
+    finally:
+        bar.close()
+        if writer is None and failure is None:
+            for _ in range(count):  # interrupted before the work was handed out: let the workers end
+                inbox.put(None)
+        try:
+            if writer is not None:
+                for index in sorted(done):  # after a failure: keep every finished episode
+                    writer.move_in(*done[index])
+        finally:
+            if writer is not None:
+                writer.close()
+            for process in processes:
+                process.join(timeout=5.0 if failure is None else 0.0)
+                if process.is_alive():
+                    process.terminate()
+                    process.join(timeout=10.0)
+            for part in parts:
+                shutil.rmtree(part, ignore_errors=True)
+    if failure is not None:
+        raise RuntimeError(f"collect: {failure}")
+
+
+def _collect_worker(number: int, config: CollectConfig, part: Path, inbox: Any, outbox: Any) -> None:
+    """One worker of `_collect_parallel`: sends ("meta", number, the dataset meta of its world), then records
+    the episode indices from `inbox` until None into the part dataset `part`, sending ("done", number, (index,
+    its index in the part, result)) for each; ("crash", number, traceback) if anything fails."""
+    import traceback
+
+    from realissim.data.recorder import meta_for_env
+    from realissim.data.store import DatasetWriter
+    from realissim.envs import Env, EnvConfig
+    from realissim.tasks import make
+
+    try:
+        task = make(config.task)
+        policy = make_expert(task, config)
+        with open_world(task, config) as world:
+            env = Env(task, EnvConfig(sleep=False), world)
+            meta = meta_for_env(env, "expert", gap_name(config.gap) if config.online else None, config.record_images)
+            outbox.put(("meta", number, meta))
+            with DatasetWriter(part, meta) as writer:
+                collector = _Collector(config, env, policy, writer)
+                try:
+                    while (index := inbox.get()) is not None:
+                        result = collector.run(index)
+                        assert collector.recorder.last is not None
+                        outbox.put(("done", number, (index, collector.recorder.last.index, result)))
+                finally:
+                    collector.close()
+    except BaseException:
+        outbox.put(("crash", number, traceback.format_exc()))

@@ -55,6 +55,16 @@ def episode_path(path: Path, index: int) -> Path:
     return path / "episodes" / f"{index:06d}"
 
 
+def read_info(path: Path, index: int, fps: float) -> EpisodeInfo:
+    """The stored info of episode `index` of the dataset at `path` (frame rate `fps`); DatasetError if it is
+    missing or malformed."""
+    try:
+        attrs = json.loads((episode_path(path, index) / "zarr.json").read_text())["attributes"][ATTR]
+        return EpisodeInfo.from_json(index, attrs, fps)
+    except (OSError, KeyError, ValueError, TypeError) as err:
+        raise DatasetError(f"{episode_path(path, index)}: malformed episode info: {err!r}") from None
+
+
 class Dataset:
     """Reads a dataset: its meta, episode infos, whole episodes, and single frames at random.
 
@@ -78,11 +88,7 @@ class Dataset:
         self._cache = cache
 
     def _info(self, index: int) -> EpisodeInfo:
-        try:
-            attrs = json.loads((episode_path(self.path, index) / "zarr.json").read_text())["attributes"][ATTR]
-            return EpisodeInfo.from_json(index, attrs, self.meta.fps)
-        except (OSError, KeyError, ValueError, TypeError) as err:
-            raise DatasetError(f"{episode_path(self.path, index)}: malformed episode info: {err!r}") from None
+        return read_info(self.path, index, self.meta.fps)
 
     @property
     def num_frames(self) -> int:

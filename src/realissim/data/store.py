@@ -38,7 +38,7 @@ from zarr.codecs import BloscCodec
 from zarr.storage import LocalStore
 
 from realissim.assets.gaussians import GaussianArrays
-from realissim.data.reader import Dataset, episode_indices, episode_path, probe, read_meta
+from realissim.data.reader import Dataset, episode_indices, episode_path, probe, read_info, read_meta
 from realissim.data.schema import (
     ATTR,
     FIELDS,
@@ -238,6 +238,30 @@ class DatasetWriter:
                 staging.parent.rmdir()  # only when empty: zarr warns about a non-zarr directory in the dataset
         self.next_index += 1
         log.debug("%s: episode %d (%d frames, success %s)", self.path, info.index, info.length, info.success)
+        return info
+
+    def move_in(self, source: str | Path, index: int) -> EpisodeInfo:
+        """Move episode `index` of the dataset at `source` (another dataset of the same meta, e.g. one a parallel
+        collector's worker wrote, on the same file system) into this one as episode `next_index`, and return its
+        info here. The episode is renamed, not copied: it leaves `source`. DatasetError naming the problem (an
+        incompatible source, a missing episode, a failed rename); nothing changes then."""
+        if self._lock < 0:
+            raise DatasetError(f"{self.path}: writer is closed")
+        source = Path(source)
+        mismatch = meta_mismatch(self.meta, read_meta(source))
+        if mismatch is not None:
+            raise DatasetError(f"{source}: cannot move its episodes into {self.path}: {mismatch}")
+        info = read_info(source, index, self.meta.fps)
+        target = episode_path(self.path, self.next_index)
+        try:
+            os.rename(episode_path(source, index), target)
+            _fsync(self.path / "episodes", os.O_RDONLY | os.O_DIRECTORY)
+            _fsync(source / "episodes", os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as err:
+            raise DatasetError(f"{self.path}: cannot move episode {index} of {source} in: {err}") from err
+        info = dataclasses.replace(info, index=self.next_index)
+        self.next_index += 1
+        log.debug("%s: episode %d moved in from %s (%d)", self.path, info.index, source, index)
         return info
 
     def close(self) -> None:
