@@ -81,3 +81,37 @@ def test_parallel_collection_stores_what_one_process_collects_in_index_order(tmp
     collect(CollectConfig(out=tmp_path / "two", workers=2, **settings | {"episodes": 2}))  # type: ignore[arg-type]
     again = Dataset(tmp_path / "two", include_failed=True).all_episodes
     assert [e.index for e in again] == [0, 1, 2, 3, 4] and len({e.seed for e in again}) == 5  # appends, new starts
+
+
+@pytest.mark.slow
+def test_a_parallel_collection_whose_worker_dies_keeps_the_finished_episodes(tmp_path: Path) -> None:
+    import multiprocessing
+    import os
+    import signal
+    import threading
+    import time
+
+    from realissim.collect import CollectError, collect
+
+    out, outcome = tmp_path / "demos", {}
+
+    def run() -> None:
+        try:
+            collect(CollectConfig(out=out, episodes=8, workers=2, max_seconds=60.0, seed=11, progress=False))
+        except CollectError as err:
+            outcome["error"] = err
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and thread.is_alive():
+        if (out / "episodes" / "000000").exists():  # the first episode is in: kill a worker mid-collection
+            os.kill(multiprocessing.active_children()[0].pid, signal.SIGKILL)
+            break
+        time.sleep(0.2)
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert "exit code -9" in str(outcome.get("error"))
+    kept = Dataset(out, include_failed=True).all_episodes
+    assert 1 <= len(kept) < 8 and [e.index for e in kept] == list(range(len(kept)))
+    assert not list(tmp_path.glob(".demos.part-*"))  # the workers' part datasets are gone

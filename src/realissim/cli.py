@@ -193,7 +193,7 @@ class Collect:
     config: Annotated[CollectConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=CollectConfig)
 
     def run(self) -> int:
-        from realissim.collect import collect
+        from realissim.collect import CollectError, collect
         from realissim.data.store import DatasetError
         from realissim.real.surrogate.process import SurrogateError
 
@@ -211,6 +211,9 @@ class Collect:
             return 3
         except SurrogateError as err:
             print(f"surrogate failed: {err}", file=sys.stderr)
+            return 3
+        except CollectError as err:
+            print(f"collect failed: {err}", file=sys.stderr)
             return 3
         _print_report(f"Collected {c.task} demonstrations ({'online' if c.online else 'offline'})",
                       report.as_dict(), None)  # fmt: skip

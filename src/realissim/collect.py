@@ -31,6 +31,10 @@ if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --hel
 log = logging.getLogger(__name__)
 
 
+class CollectError(RuntimeError):
+    """A parallel collection's worker failed (the episodes finished before are in the dataset)."""
+
+
 @dataclass(frozen=True)
 class CollectConfig:
     """What to collect, and how."""
@@ -277,7 +281,8 @@ def _log_episode(index: int, result: EpisodeResult) -> None:
 
 def collect(config: CollectConfig, policy: Policy | None = None) -> CollectReport:
     """Collect `config.episodes` episodes of `policy` (None: the task's expert) into `config.out`; with
-    `config.workers` > 1 (the expert only), in that many processes at once (`_collect_parallel`)."""
+    `config.workers` > 1 (the expert only), in that many processes at once (`_collect_parallel`; CollectError
+    if a worker fails, every episode finished before kept)."""
     from tqdm import tqdm
 
     from realissim.data.recorder import meta_for_env
@@ -325,7 +330,7 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
     finished episode is moved into `config.out` (`DatasetWriter.move_in`) in the order of its index, so the
     dataset is what one process would have collected, up to the twin's appearance calibration, which an online
     worker runs at its own first start. If a worker fails, the episodes already finished are still moved in
-    (those after the failed one take the next places) and RuntimeError names the failure."""
+    (those after the failed one take the next places) and CollectError names the failure."""
     import multiprocessing as mp
     import queue
     import shutil
@@ -406,7 +411,7 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
             for part in parts:
                 shutil.rmtree(part, ignore_errors=True)
     if failure is not None:
-        raise RuntimeError(f"collect: {failure}")
+        raise CollectError(f"{failure}; the {report.added} episodes finished are in {config.out}")
 
 
 def _collect_worker(number: int, config: CollectConfig, part: Path, inbox: Any, outbox: Any) -> None:
