@@ -22,8 +22,8 @@ arm acts with, so the arms differ only in what they see. (`--real-own-state` ado
 Budget: the issue asks each experiment to finish within 2 hours on the 2-core machine; at these settings it does
 not. Measured (stops 45–46 and 49, machine otherwise idle): the state policy 24 min (12k steps, 2 threads) and its
 choice ~3 min; each adopting image head 14–15 min (4k steps) and its choice ~2–3 min; each virtual camera's render
-cache ~4 min (73k frames at ~3 ms); `real`'s 20 online demonstrations 20 min with one worker, fewer with
-`--online-workers 2` (two workers collected 4 in 141 against 196 s); each arm's 10 online episodes 9–17 min (two
+cache ~4 min (73k frames at ~3 ms); `real`'s 20 online demonstrations 19.7 min with one worker, 13.2 min with
+`--online-workers 2` (`collect --workers`, the same episodes); each arm's 10 online episodes 9–17 min (two
 at once); each offline test ~1 min. In all about 2.5 h from a dataset with its caches, so the defaults are
 already smaller than the paper's: `--image-steps 4000`, `--state-steps 10000`, `--online-limit 10` (the first 10
 online starts) and `--real-demos 20`. Say so next to any table it makes. `--state-run` reuses a state policy
