@@ -81,6 +81,24 @@ def test_the_render_cache_equals_the_environments_images_and_is_rebuilt_when_any
     assert not np.array_equal(front.images, grown.images)
 
 
+def test_a_rebuild_removes_the_images_a_killed_build_left(task: Task, tmp_path: Path) -> None:
+    import subprocess
+
+    path = tmp_path / "ds"
+    record(task, path, 0.25, seed=3)
+    child = subprocess.Popen(["true"])  # a process that has ended and been reaped: as a killed build's
+    child.wait()
+    folder = path / ".cache"
+    folder.mkdir()
+    stem = f".render-wrist-{SIZE[0]}x{SIZE[1]}.npy"
+    dead = folder / f"{stem}.{child.pid}.tmp.npy"
+    alive = folder / f"{stem}.{os.getpid()}.tmp.npy"  # a build still running (this process)
+    for leftover in (dead, alive):
+        leftover.write_bytes(b"x" * 100)
+    RenderCache(Dataset(path, include_failed=True), "wrist", SIZE, progress=False)
+    assert not dead.exists() and alive.exists()
+
+
 def image_config(obs: str) -> TrainConfig:
     model = ModelConfig(
         obs=obs,  # type: ignore[arg-type]
