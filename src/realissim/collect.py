@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --help` stays fast
+    from realissim.data.schema import DatasetMeta
     from realissim.data.store import DatasetWriter
     from realissim.envs import Env
     from realissim.eval.episode import EpisodeResult
@@ -273,6 +274,29 @@ class _Collector:
             self.randomizer.restore()
 
 
+@contextlib.contextmanager
+def _recording(
+    config: CollectConfig, task: Task, policy: Policy, out: Path, announce: Callable[[DatasetMeta], None] | None = None
+) -> Iterator[_Collector]:
+    """One collecting process's world (online: a surrogate), `Env`, writer of the dataset at `out` and collector;
+    `announce` is given the dataset's meta before the writer opens the dataset."""
+    from realissim.data.recorder import meta_for_env
+    from realissim.data.store import DatasetWriter
+    from realissim.envs import Env, EnvConfig
+
+    with open_world(task, config) as world:
+        env = Env(task, EnvConfig(sleep=False), world)  # demonstrations in the twin as it runs online
+        meta = meta_for_env(env, "expert", gap_name(config.gap) if config.online else None, config.record_images)
+        if announce is not None:
+            announce(meta)
+        with DatasetWriter(out, meta) as writer:
+            collector = _Collector(config, env, policy, writer)
+            try:
+                yield collector
+            finally:
+                collector.close()
+
+
 def _log_episode(index: int, result: EpisodeResult) -> None:
     log.info("episode %d: %s in %.1f s (coverage %.3f)", index, "success" if result.success else "FAILED",
              result.duration, result.final.get("coverage", math.nan))  # fmt: skip
@@ -284,9 +308,7 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
     if a worker fails, every episode finished before kept)."""
     from tqdm import tqdm
 
-    from realissim.data.recorder import meta_for_env
-    from realissim.data.store import Dataset, DatasetWriter
-    from realissim.envs import Env, EnvConfig
+    from realissim.data.store import Dataset
     from realissim.tasks import make
 
     if config.policy == "teleop":
@@ -300,22 +322,15 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
         _collect_parallel(config, report)
     else:
         policy = make_expert(task, config) if policy is None else policy
-        with open_world(task, config) as world:
-            env = Env(task, EnvConfig(sleep=False), world)  # demonstrations in the twin as it runs online
-            meta = meta_for_env(env, "expert", gap_name(config.gap) if config.online else None, config.record_images)
-            with DatasetWriter(config.out, meta) as writer:
-                first = writer.next_index
-                collector = _Collector(config, env, policy, writer)
-                bar = tqdm(range(first, first + config.episodes), desc="collect", unit="episode",
-                           disable=not config.progress)  # fmt: skip
-                try:
-                    for index in bar:
-                        result = collector.run(index)
-                        report.add(result)
-                        bar.set_postfix(success=f"{report.successes}/{report.added}")
-                        _log_episode(index, result)
-                finally:
-                    collector.close()
+        with _recording(config, task, policy, config.out) as collector:
+            first = collector.recorder.writer.next_index
+            bar = tqdm(range(first, first + config.episodes), desc="collect", unit="episode",
+                       disable=not config.progress)  # fmt: skip
+            for index in bar:
+                result = collector.run(index)
+                report.add(result)
+                bar.set_postfix(success=f"{report.successes}/{report.added}")
+                _log_episode(index, result)
     report.wall_s = time.perf_counter() - wall0
     stored = Dataset(config.out, include_failed=True)
     report.total_episodes = len(stored.all_episodes)
@@ -419,26 +434,15 @@ def _collect_worker(number: int, config: CollectConfig, part: Path, inbox: Any, 
     its index in the part, result)) for each; ("crash", number, traceback) if anything fails."""
     import traceback
 
-    from realissim.data.recorder import meta_for_env
-    from realissim.data.store import DatasetWriter
-    from realissim.envs import Env, EnvConfig
     from realissim.tasks import make
 
     try:
         task = make(config.task)
-        policy = make_expert(task, config)
-        with open_world(task, config) as world:
-            env = Env(task, EnvConfig(sleep=False), world)
-            meta = meta_for_env(env, "expert", gap_name(config.gap) if config.online else None, config.record_images)
-            outbox.put(("meta", number, meta))
-            with DatasetWriter(part, meta) as writer:
-                collector = _Collector(config, env, policy, writer)
-                try:
-                    while (index := inbox.get()) is not None:
-                        result = collector.run(index)
-                        assert collector.recorder.last is not None
-                        outbox.put(("done", number, (index, collector.recorder.last.index, result)))
-                finally:
-                    collector.close()
+        announce = lambda meta: outbox.put(("meta", number, meta))  # noqa: E731
+        with _recording(config, task, make_expert(task, config), part, announce) as collector:
+            while (index := inbox.get()) is not None:
+                result = collector.run(index)
+                assert collector.recorder.last is not None
+                outbox.put(("done", number, (index, collector.recorder.last.index, result)))
     except BaseException:
         outbox.put(("crash", number, traceback.format_exc()))
