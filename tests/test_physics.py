@@ -235,6 +235,41 @@ def test_batch_equals_separate_twins(scene: SceneSpec) -> None:
     assert np.array_equal(batch.state().object_pos, after)
 
 
+def test_a_batch_follows_a_planned_chunk_as_it_follows_frame_by_frame_targets(scene: SceneSpec) -> None:
+    """`plan_targets` checks a chunk's frames at once; set frame by frame they command the servos exactly as
+    `set_joint_targets` called on each frame does (positions clipped, velocities the finite differences)."""
+    rng = np.random.default_rng(5)
+    home = np.array(scene.robot.home)
+    planned, direct = TwinBatch(scene, 3, nthread=1), TwinBatch(scene, 3, nthread=1)
+    for _ in range(3):  # chunks of 8 frames, a few targets beyond the joint limits
+        targets = home + rng.normal(scale=0.05, size=(8, 3, 7)) + rng.choice([0.0, 3.0], size=(8, 3, 7), p=[0.9, 0.1])
+        commands, velocities = planned.plan_targets(targets)
+        for k in range(8):
+            planned.set_planned(commands[k], velocities[k])
+            planned.step()
+            direct.set_joint_targets(targets[k])
+            direct.step()
+            assert np.array_equal(planned.snapshot().states, direct.snapshot().states)
+    bad = np.tile(home, (4, 3, 1))
+    bad[2, 1, 3] = np.nan
+    with pytest.raises(ValueError, match=r"joint target for .* is not finite"):
+        planned.plan_targets(bad)
+
+
+def test_a_batch_applies_a_wrench_for_one_frame_only(scene: SceneSpec) -> None:
+    batch, single = TwinBatch(scene, 2, nthread=1), TwinPhysics(scene)
+    w = np.zeros((2, 1, 6))
+    w[:, 0, 0] = 3.0  # N along x
+    batch.apply_wrenches(w)
+    single.apply_wrenches(w[0])
+    for _ in range(30):
+        batch.step()
+        single.step()
+    assert np.array_equal(batch.snapshot().states[0], single.snapshot().state)
+    pos, quat = batch.object_poses()
+    assert np.array_equal(pos, batch.state().object_pos) and np.array_equal(quat, batch.state().object_quat)
+
+
 def test_divergence_is_reported_with_body_frame_and_history(scene: SceneSpec) -> None:
     twin = TwinPhysics(scene, PhysicsConfig(guard_history=5))
     for _ in range(10):

@@ -98,6 +98,25 @@ def test_compiled_coverage_equals_the_reference_bit_for_bit() -> None:
         assert coverage(*a, *b) == coverage_reference(*a, *b)
 
 
+def test_the_task_judges_with_coverage_bit_for_bit() -> None:
+    """`PushTTask.evaluate` caches the goal's terms; its coverage, position and yaw errors are `coverage`'s and
+    the plain formulas' to the last bit, so success at the threshold cannot move."""
+    task = PushTTask()
+    goal = next(g.pose for g in task.scene.goals if g.object == T_NAME)
+    rng = np.random.default_rng(12)
+    for i in range(2000):
+        near = i % 3 != 0
+        xy = np.asarray(goal.pos[:2]) + (rng.normal(0.0, 0.03, 2) if near else rng.uniform(-0.3, 0.3, 2))
+        heading = yaw(goal.quat) + (rng.normal(0.0, 0.3) if near else rng.uniform(-math.pi, math.pi))
+        pos = np.array([[xy[0], xy[1], goal.pos[2]]])
+        quat = np.array([yaw_quat(heading)]) * rng.uniform(0.5, 2.0)  # any norm
+        metrics = task.evaluate(pos, quat)
+        assert metrics.coverage == coverage(pos[0], quat[0], goal.pos, goal.quat)
+        assert metrics.success == (metrics.coverage > task.config.success_threshold)
+        assert metrics.pos_err == math.hypot(pos[0, 0] - goal.pos[0], pos[0, 1] - goal.pos[1])
+        assert metrics.yaw_err == abs((yaw(quat[0]) - yaw(goal.quat) + math.pi) % (2.0 * math.pi) - math.pi)
+
+
 def test_coverage_symmetries() -> None:
     rng = np.random.default_rng(3)
     for _ in range(50):

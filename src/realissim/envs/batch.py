@@ -73,8 +73,9 @@ class BatchEnv:
             raise ValueError(f"BatchEnv.step: expected a chunk of shape ({self.size}, m, J), got {chunk.q_des.shape}")
         n = frames_for(chunk, self.dt, self.config.replan_every, max_frames)
         targets, progress = chunk.targets(self._command, self.dt, n)
+        commands, velocities = self.twins.plan_targets(targets)  # checked once for the chunk's frames
         for k in range(n):
-            self.twins.set_joint_targets(targets[k])
+            self.twins.set_planned(commands[k], velocities[k])
             self.twins.step()
             self._frame += 1
             if observer is not None:

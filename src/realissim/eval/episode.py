@@ -110,7 +110,9 @@ def judged_poses(env: Env | BatchEnv) -> tuple[np.ndarray, np.ndarray]:
     if world is not None and world.oracle is not None:
         truth = world.oracle.read()
         return truth.object_pos, truth.object_quat
-    s = env.runtime.twin.state() if isinstance(env, Env) else env.twins.state()
+    if isinstance(env, BatchEnv):
+        return env.twins.object_poses()
+    s = env.runtime.twin.state()
     return s.object_pos, s.object_quat
 
 
@@ -121,9 +123,8 @@ class _Judge:
         self.env, self.results, self.every = env, results, every
 
     def __call__(self, frame: FrameInfo) -> None:
-        progress = np.atleast_1d(frame.progress)
-        for r, p in zip(self.results, progress):
-            r.progress.append(float(p))
+        for r, p in zip(self.results, np.atleast_1d(frame.progress).tolist()):
+            r.progress.append(p)
         report = frame.report
         if report is not None:  # one online episode: the detector's verdicts and the re-acquisitions
             r = self.results[0]

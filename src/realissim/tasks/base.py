@@ -9,6 +9,7 @@ Dependencies point down only: `spec/`, `assets/` and `twin/` (inverse kinematics
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -49,7 +50,13 @@ class TaskMetrics:
 
     def as_dict(self) -> dict[str, float | bool]:
         """The metrics as plain JSON types, keyed by field name."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: getattr(self, name) for name in _field_names(type(self))}
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names (looked up once per class: the judge asks for them several times a second)."""
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 @dataclass(frozen=True)

@@ -309,6 +309,9 @@ class PushTTask(Task[PushTTaskConfig]):
         self._t_index = [o.name for o in self.scene.objects].index(T_NAME)
         self._goal = next(g.pose for g in self.scene.goals if g.object == T_NAME)
         self._goal_yaw = yaw(self._goal.quat)
+        # `coverage`'s goal-frame terms, computed once: `evaluate` judges every environment several times a second.
+        self._goal_cos, self._goal_sin = math.cos(self._goal_yaw), math.sin(self._goal_yaw)
+        self._rects, self._area = _rect_array(T_BLOCK)
 
     def _build_scene(self) -> SceneSpec:
         return pusht_scene(self.config.scene)
@@ -341,13 +344,17 @@ class PushTTask(Task[PushTTaskConfig]):
         k = len(self.scene.objects)
         if pos.shape != (k, 3) or quat.shape != (k, 4):
             raise ValueError(f"expected object_pos ({k}, 3) and object_quat ({k}, 4), got {pos.shape}, {quat.shape}")
-        p, q = pos[self._t_index], quat[self._t_index]
-        cov = coverage(p, q, self._goal.pos, self._goal.quat)
+        p, rel = pos[self._t_index], yaw(quat[self._t_index]) - self._goal_yaw
+        # `coverage(p, q, goal pos, goal quat)`'s operations in its order (the same bits, tested), goal terms cached.
+        dx, dy = float(p[0] - self._goal.pos[0]), float(p[1] - self._goal.pos[1])
+        cg, sg = self._goal_cos, self._goal_sin
+        inter = _intersection_kernel(self._rects, cg * dx + sg * dy, -sg * dx + cg * dy, math.cos(rel), math.sin(rel))
+        cov = min(1.0, inter / self._area)
         return TaskMetrics(
             coverage=cov,
             success=bool(cov > self.config.success_threshold),
-            pos_err=math.hypot(p[0] - self._goal.pos[0], p[1] - self._goal.pos[1]),
-            yaw_err=abs(wrap_angle(yaw(q) - self._goal_yaw)),
+            pos_err=math.hypot(dx, dy),
+            yaw_err=abs(wrap_angle(rel)),
         )
 
     def propose_start(self, rng: np.random.Generator) -> StartState:

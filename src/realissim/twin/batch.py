@@ -55,6 +55,7 @@ class TwinBatch:
         self._ctrl = self.batch.bind("ctrl")
         self._xfrc = self.batch.bind("xfrc_applied")
         self._home = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_KEY, KEYFRAME_HOME)
+        self._wrenched = True  # (wrenches were applied since the last step: clear them after it)
         self.frame = 0
         self._history: collections.deque[BatchSnapshot] = collections.deque(maxlen=config.guard_history)
         self.reset()
@@ -89,6 +90,26 @@ class TwinBatch:
         self._ctrl[:, self.layout.actuators] = clipped
         return clipped.copy()
 
+    def plan_targets(self, q_des: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Servo commands for n frames of desired joints (n, B, J), checked at once: (q′ clipped to the joint
+        limits (n, B, J) rad, q̇′ (n, B, J) rad/s), each frame's q̇′ the finite difference from the frame before
+        (from the current q′ for the first), as n calls of `set_joint_targets` would set them, bit for bit; give
+        frame k's to `set_planned`. ValueError naming a non-finite target."""
+        clipped, _ = check_targets(self.layout, q_des)
+        clipped = np.broadcast_to(clipped, (*q_des.shape[:1], self.size, len(self.layout.actuators)))
+        before = np.concatenate([self._ctrl[None, :, self.layout.actuators], clipped[:-1]])
+        return clipped, target_velocity(self.model, self.layout, clipped, before, self.dt, None)
+
+    def set_planned(self, q_des: np.ndarray, qd_des: np.ndarray) -> None:
+        """Set one frame of a `plan_targets` plan, (B, J) each, without checking it again."""
+        self._ctrl[:, self.layout.dampers] = qd_des
+        self._ctrl[:, self.layout.actuators] = q_des
+
+    def object_poses(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every twin's object poses, (B, K, 3) m and (B, K, 4) wxyz (copies; the fields of `state()` alone)."""
+        pose = self._qpos[:, self.layout.object_qpos]
+        return pose[..., 0:3], pose[..., 3:7]
+
     def apply_wrenches(self, wrenches: ArrayLike) -> None:
         """World-frame wrenches (B, K, 6) = [force N, torque N·m] at each object's COM, next frame only."""
         w = np.asarray(wrenches, dtype=np.float64)
@@ -96,6 +117,7 @@ class TwinBatch:
         if w.shape != shape:
             raise ValueError(f"wrenches must have shape {shape}, got {w.shape}")
         self._xfrc[:, self.layout.object_bodies] = check_wrench(w[..., :3], w[..., 3:])
+        self._wrenched = True
 
     def step(self) -> None:
         """Advance every twin one frame; raises PhysicsDivergedError naming the first diverged twin."""
@@ -107,8 +129,14 @@ class TwinBatch:
         except mujoco.batch.SimulationError as err:
             twin = int(err.ids[0])
             raise PhysicsDivergedError("world", self.frame + 1, f"twin {twin}: {err}", list(self._history)) from err
-        self._xfrc[:, self.layout.object_bodies] = 0.0
+        if self._wrenched:
+            self._xfrc[:, self.layout.object_bodies] = 0.0
+            self._wrenched = False
         self.frame += 1
+        # One test for the whole batch on the common path (NaN fails every comparison); per twin only on failure.
+        speed, late = np.abs(self._qvel).max(), np.abs(self._time - t_end).max()
+        if np.isfinite(self._qpos).all() and speed <= self.config.max_speed and late <= 1e-9:
+            return
         with np.errstate(invalid="ignore"):
             ok = np.isfinite(self._qpos).all(axis=1) & (np.abs(self._qvel).max(axis=1) <= self.config.max_speed)
         ok &= np.abs(self._time - t_end) <= 1e-9
@@ -143,4 +171,5 @@ class TwinBatch:
         if self.config.sleep:
             self.batch.reset(stage=mujoco.mjtStage.mjSTAGE_NONE)  # every tree awake, as `TwinPhysics.restore`
         self.batch.state[:] = snap.states
+        self._wrenched = True  # (a snapshot's integration state holds the wrenches applied before its step)
         self.frame = snap.frame
