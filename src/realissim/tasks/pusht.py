@@ -148,12 +148,15 @@ def _placed(pos: ArrayLike, quat: ArrayLike, goal_pos: ArrayLike, goal_quat: Arr
     """The T's offset (tx, ty) in the goal T's body frame and the cosine and sine of its yaw relative to the
     goal's: where the goal's rectangles are axis-aligned."""
     goal_yaw = yaw(goal_quat)
-    rel = yaw(quat) - goal_yaw
-    c, s = math.cos(rel), math.sin(rel)
-    cg, sg = math.cos(goal_yaw), math.sin(goal_yaw)
     p, g = np.asarray(pos, dtype=np.float64), np.asarray(goal_pos, dtype=np.float64)
-    dx, dy = float(p[0] - g[0]), float(p[1] - g[1])
-    return cg * dx + sg * dy, -sg * dx + cg * dy, c, s
+    return _in_goal_frame(float(p[0] - g[0]), float(p[1] - g[1]), yaw(quat) - goal_yaw,
+                          math.cos(goal_yaw), math.sin(goal_yaw))  # fmt: skip
+
+
+def _in_goal_frame(dx: float, dy: float, rel: float, goal_cos: float, goal_sin: float) -> tuple[float, ...]:
+    """`_placed` from the T's world offset (dx, dy) m from the goal, its yaw `rel` rad relative to the goal's,
+    and the cosine and sine of the goal's yaw."""
+    return goal_cos * dx + goal_sin * dy, -goal_sin * dx + goal_cos * dy, math.cos(rel), math.sin(rel)
 
 
 def coverage_reference(
@@ -345,11 +348,10 @@ class PushTTask(Task[PushTTaskConfig]):
         if pos.shape != (k, 3) or quat.shape != (k, 4):
             raise ValueError(f"expected object_pos ({k}, 3) and object_quat ({k}, 4), got {pos.shape}, {quat.shape}")
         p, rel = pos[self._t_index], yaw(quat[self._t_index]) - self._goal_yaw
-        # `coverage(p, q, goal pos, goal quat)`'s operations in its order (the same bits, tested), goal terms cached.
+        # `coverage(p, q, goal pos, goal quat)` with the goal's terms cached (the same bits, tested).
         dx, dy = float(p[0] - self._goal.pos[0]), float(p[1] - self._goal.pos[1])
-        cg, sg = self._goal_cos, self._goal_sin
-        inter = _intersection_kernel(self._rects, cg * dx + sg * dy, -sg * dx + cg * dy, math.cos(rel), math.sin(rel))
-        cov = min(1.0, inter / self._area)
+        placed = _in_goal_frame(dx, dy, rel, self._goal_cos, self._goal_sin)
+        cov = min(1.0, _intersection_kernel(self._rects, *placed) / self._area)
         return TaskMetrics(
             coverage=cov,
             success=bool(cov > self.config.success_threshold),

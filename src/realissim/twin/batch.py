@@ -55,7 +55,6 @@ class TwinBatch:
         self._ctrl = self.batch.bind("ctrl")
         self._xfrc = self.batch.bind("xfrc_applied")
         self._home = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_KEY, KEYFRAME_HOME)
-        self._wrenched = True  # (wrenches were applied since the last step: clear them after it)
         self.frame = 0
         self._history: collections.deque[BatchSnapshot] = collections.deque(maxlen=config.guard_history)
         self.reset()
@@ -82,23 +81,21 @@ class TwinBatch:
 
     def set_joint_targets(self, q_des: ArrayLike, qd_des: ArrayLike | None = None) -> np.ndarray:
         """Set desired joints (B, J) (or (J,) for all) and optionally velocities, as
-        `TwinPhysics.set_joint_targets`; returns the q′ actually set (B, J)."""
-        clipped, _ = check_targets(self.layout, q_des)
-        clipped = np.broadcast_to(clipped, (self.size, len(self.layout.actuators)))
-        q_old = self._ctrl[:, self.layout.actuators]
-        self._ctrl[:, self.layout.dampers] = target_velocity(self.model, self.layout, clipped, q_old, self.dt, qd_des)
-        self._ctrl[:, self.layout.actuators] = clipped
-        return clipped.copy()
+        `TwinPhysics.set_joint_targets`; returns the q′ actually set (B, J). A plan of one frame."""
+        velocity = None if qd_des is None else np.asarray(qd_des, dtype=np.float64)[None]
+        commands, velocities = self.plan_targets(np.asarray(q_des, dtype=np.float64)[None], velocity)
+        self.set_planned(commands[0], velocities[0])
+        return commands[0].copy()
 
-    def plan_targets(self, q_des: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Servo commands for n frames of desired joints (n, B, J), checked at once: (q′ clipped to the joint
-        limits (n, B, J) rad, q̇′ (n, B, J) rad/s), each frame's q̇′ the finite difference from the frame before
-        (from the current q′ for the first), as n calls of `set_joint_targets` would set them, bit for bit; give
-        frame k's to `set_planned`. ValueError naming a non-finite target."""
+    def plan_targets(self, q_des: np.ndarray, qd_des: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Servo commands for n frames of desired joints (n, B, J) (or (n, J) for all twins), checked at once:
+        (q′ clipped to the joint limits (n, B, J) rad, q̇′ rad/s), q̇′ `qd_des` if given (checked finite, clipped to
+        the velocity limits), else each frame's finite difference from the frame before (from the current q′ for
+        the first); give frame k's to `set_planned`. ValueError naming a non-finite target."""
         clipped, _ = check_targets(self.layout, q_des)
         clipped = np.broadcast_to(clipped, (*q_des.shape[:1], self.size, len(self.layout.actuators)))
         before = np.concatenate([self._ctrl[None, :, self.layout.actuators], clipped[:-1]])
-        return clipped, target_velocity(self.model, self.layout, clipped, before, self.dt, None)
+        return clipped, target_velocity(self.model, self.layout, clipped, before, self.dt, qd_des)
 
     def set_planned(self, q_des: np.ndarray, qd_des: np.ndarray) -> None:
         """Set one frame of a `plan_targets` plan, (B, J) each, without checking it again."""
@@ -117,7 +114,6 @@ class TwinBatch:
         if w.shape != shape:
             raise ValueError(f"wrenches must have shape {shape}, got {w.shape}")
         self._xfrc[:, self.layout.object_bodies] = check_wrench(w[..., :3], w[..., 3:])
-        self._wrenched = True
 
     def step(self) -> None:
         """Advance every twin one frame; raises PhysicsDivergedError naming the first diverged twin."""
@@ -129,9 +125,7 @@ class TwinBatch:
         except mujoco.batch.SimulationError as err:
             twin = int(err.ids[0])
             raise PhysicsDivergedError("world", self.frame + 1, f"twin {twin}: {err}", list(self._history)) from err
-        if self._wrenched:
-            self._xfrc[:, self.layout.object_bodies] = 0.0
-            self._wrenched = False
+        self._xfrc[:, self.layout.object_bodies] = 0.0
         self.frame += 1
         # One test for the whole batch on the common path (NaN fails every comparison); per twin only on failure.
         speed, late = np.abs(self._qvel).max(), np.abs(self._time - t_end).max()
@@ -171,5 +165,4 @@ class TwinBatch:
         if self.config.sleep:
             self.batch.reset(stage=mujoco.mjtStage.mjSTAGE_NONE)  # every tree awake, as `TwinPhysics.restore`
         self.batch.state[:] = snap.states
-        self._wrenched = True  # (a snapshot's integration state holds the wrenches applied before its step)
         self.frame = snap.frame
