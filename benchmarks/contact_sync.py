@@ -42,8 +42,11 @@ KEYS = (
     ("desynced_s", "flagged out of sync (s)"),
     ("reacquisitions", "re-acquisitions"),
     ("reacquire_ms", "re-acquisition cost, median (ms)"),
+    ("vetoed_alarms", "alarms the search check vetoed"),
+    ("check_ms", "alarm check cost, median (ms)"),
     ("detector_recall", "detector recall"),
     ("false_alarms_per_min", "false alarms per min"),
+    ("false_alarms_pose_per_min", "... with yaw > 10° a loss too"),
     ("moving_fraction", "frames with the T moving"),
     ("loop_hz", "loop rate (Hz)"),
 )
@@ -82,12 +85,17 @@ class Args:
     """The renderer's low-pass in the twin's views, px² (`RuntimeConfig.eps2d`; None: its default)."""
     iterations: int | None = None
     """Adam steps of the visual correction per frame (`CorrectionConfig.iterations`; None: its default)."""
+    no_alarm_check: bool = False
+    """Let the detector fire on its evidence alone, without the search's check (`RuntimeConfig.alarm_check`
+    None), as before stop 51."""
 
 
 def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, every: int = 1,
         calibrate_at: Literal["goal", "start"] = "start", shadows: bool = True,
-        eps2d: float | None = None, iterations: int | None = None) -> dict:  # fmt: skip
+        eps2d: float | None = None, iterations: int | None = None, alarm_check: bool = True) -> dict:  # fmt: skip
     runtime = RuntimeConfig(correct=correct, correct_every=every, shadows=ShadowFitConfig(enabled=shadows))
+    if not alarm_check:
+        runtime = replace(runtime, alarm_check=None)
     if eps2d is not None:
         runtime = replace(runtime, eps2d=eps2d)
     if iterations is not None:
@@ -116,6 +124,7 @@ def main(args: Args) -> dict:
             args.shadows,
             args.eps2d,
             args.iterations,
+            not args.no_alarm_check,
         )
     print(
         f"contact-rich, gap {args.gap or 'default'}, seed {args.seed}, {args.seconds:g} s, lock-step, "
@@ -123,6 +132,7 @@ def main(args: Args) -> dict:
         + ("" if args.shadows else ", no shadows rendered")
         + ("" if args.eps2d is None else f", twin low-pass {args.eps2d:g} px²")
         + ("" if args.iterations is None else f", {args.iterations} correction steps")
+        + (", no alarm check" if args.no_alarm_check else "")
     )
     print(f"| {'metric':<38} | {'correction on':>13} | {'off':>9} |")
     print(f"|{'-' * 40}|{'-' * 15}|{'-' * 11}|")
@@ -139,7 +149,7 @@ def sweep(args: Args) -> dict:
     rows: dict = {}
     key = {"sweep_seed": args.sweep_seed, "seed": args.seed, "seconds": args.seconds,
            "correct_every": args.correct_every, "calibrate_at": args.calibrate_at, "shadows": args.shadows,
-           "eps2d": args.eps2d, "iterations": args.iterations}  # fmt: skip
+           "eps2d": args.eps2d, "iterations": args.iterations, "alarm_check": not args.no_alarm_check}  # fmt: skip
     if args.json is not None and args.json.exists():
         done = json.loads(args.json.read_text())
         if done.pop("_key", None) == key:
@@ -152,14 +162,14 @@ def sweep(args: Args) -> dict:
             path = Path(folder) / f"{name}.json"
             save_gap(gap, path)
             out = run(path, args.seconds, args.seed, True, name, args.correct_every, args.calibrate_at, args.shadows,
-                      args.eps2d, args.iterations)  # fmt: skip
+                      args.eps2d, args.iterations, not args.no_alarm_check)  # fmt: skip
             rows[name] = {"set": "tune" if i < args.tune else "held-out", **describe(gap), **out}
             if args.json is not None:
                 args.json.write_text(json.dumps(jsonable({"_key": key, **rows}), indent=2))
     params = ("friction", "mass", "com_mm", "latency_ms", "cam_rot_deg", "shadows")
     shown = ("pos_err_median_mm", "pos_err_p95_mm", "pos_err_p95_moving_mm", "pos_err_max_mm", "yaw_err_p95_deg",
-             "silent_loss_s", "longest_silent_loss_s", "detector_recall", "false_alarms_per_min", "desynced_s",
-             "reacquisitions")  # fmt: skip
+             "silent_loss_s", "longest_silent_loss_s", "detector_recall", "false_alarms_per_min",
+             "false_alarms_pose_per_min", "desynced_s", "reacquisitions", "vetoed_alarms")  # fmt: skip
     print(f"gap sweep (seed {args.sweep_seed}), contact-rich seed {args.seed}, {args.seconds:g} s, correction on"
           + ("" if args.shadows else ", no shadows rendered"))  # fmt: skip
     print("| profile | set | " + " | ".join(params + shown) + " |")

@@ -12,6 +12,7 @@ seed's tail, so compare settings on means and on per-seed counts over a dozen se
     python experiments/contact_seeds.py --discharge 0 0 --out discharge.jsonl   # CorrectionConfig.integral_discharge
     python experiments/contact_seeds.py --lead-path 1.0 --out path.jsonl   # RuntimeConfig.lead_path_s
     python experiments/contact_seeds.py --early-search 0.5 --out early.jsonl   # RuntimeConfig.early_search
+    python experiments/contact_seeds.py --no-alarm-check --out evidence.jsonl   # RuntimeConfig.alarm_check None
 
 Run one at a time: two lock-step pairs at once on a 2-core machine ran ten times slower each (the rasteriser's and
 torch's threads contend), not two.
@@ -42,6 +43,7 @@ KEYS = (
     ("false_alarms_per_min", "false /min"),
     ("reacquisitions", "re-acq."),
     ("early_placements", "early"),
+    ("vetoed_alarms", "vetoed"),
     ("moving_fraction", "T moving"),
 )
 
@@ -66,6 +68,8 @@ class Args:
     """`RuntimeConfig.lead_lag_frames` (None: its default)."""
     early_search: float | None = None
     """`RuntimeConfig.early_search` (None: its default)."""
+    no_alarm_check: bool = False
+    """`RuntimeConfig.alarm_check` None: the detector fires on its evidence alone."""
     threads: int | None = None
     """Torch (and rasteriser) threads (None: torch's default)."""
     out: Path = Path("contact_seeds.jsonl")
@@ -87,10 +91,13 @@ def main(args: Args) -> list[dict]:
         runtime = replace(runtime, lead_lag_frames=args.lead_lag)
     if args.early_search is not None:
         runtime = replace(runtime, early_search=args.early_search)
+    if args.no_alarm_check:
+        runtime = replace(runtime, alarm_check=None)
     discharge = list(correction.integral_discharge) if correction.integral_discharge else None
     settings = {"gap": str(args.gap) if args.gap else None, "seconds": args.seconds, "integral": correction.integral,
                 "discharge": discharge, "lead_path_s": runtime.lead_path_s,
-                "lead_lag_frames": runtime.lead_lag_frames, "early_search": runtime.early_search}  # fmt: skip
+                "lead_lag_frames": runtime.lead_lag_frames, "early_search": runtime.early_search,
+                "alarm_check": runtime.alarm_check}  # fmt: skip
     rows = {}
     if args.out.exists():
         for line in args.out.read_text().splitlines():

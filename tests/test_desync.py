@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -162,6 +164,31 @@ def test_fires_when_the_cameras_see_the_object_elsewhere_and_rearms_when_they_ag
     assert [kind for _, kind in det.events] == ["fired", "re-armed"]
 
 
+def test_a_check_that_finds_the_twin_right_vetoes_the_alarm_and_the_evidence_must_build_again() -> None:
+    """The check is asked only on the frame the evidence fires; False keeps the detector in sync (a veto, with the
+    counts restarted, so the next check waits for fresh evidence); True fires as without a check."""
+    det = DesyncDetector(DesyncConfig(warmup=10, frames=10, sight_frames=6, sight_distance=0.02))
+    asked: list[bool] = []
+
+    def check(verdict: bool) -> Callable[[], bool]:
+        def ask() -> bool:
+            asked.append(verdict)
+            return verdict
+
+        return ask
+
+    for _ in range(20):
+        assert not det.update(1e-3, distance=0.001, check=check(True))
+    assert not asked, "no evidence, no check"
+    states = [det.update(1e-3, distance=0.05, check=check(False)) for _ in range(12)]
+    assert not any(states) and asked == [False, False] and det.vetoes == [25, 31]  # frames 26 and 32
+    assert not det.events
+    assert [det.update(1e-3, distance=0.05, check=check(True)) for _ in range(6)] == [False] * 5 + [True]
+    assert asked == [False, False, True] and [kind for _, kind in det.events] == ["fired"]
+    det.restart()
+    assert det.vetoes == []
+
+
 def test_the_sightings_own_error_widens_its_thresholds_and_a_confirmation_rearms_on_agreement() -> None:
     """With a 15 mm sighting error measured at calibration, 25 mm is no alarm (it would be without), 45 mm is;
     after a re-acquisition's confirmation it re-arms on agreement although the residual stays high."""
@@ -219,6 +246,12 @@ def test_an_alarm_that_ends_a_loss_at_once_is_not_a_false_alarm() -> None:
     score = detector_score(t, err, flags, min_duration=0.25, within=0.25)
     assert score["false_alarms"] == 1 and score["alarms"] == 2
     assert detector_score(t, err, flags)["false_alarms"] == 2  # without `within`: judged on the alarm alone
+    yaw = np.zeros(600)
+    yaw[290:310] = np.radians(30.0)  # the second alarm's T turned 30° about its centre: a loss of its pose
+    posed = detector_score(t, err, flags, min_duration=0.25, within=0.25, yaw_err=yaw)
+    assert posed["false_alarms"] == 1 and posed["false_alarms_pose"] == 0
+    yaw[290:310] = np.radians(8.0)  # under the 10° that counts as lost: still false
+    assert detector_score(t, err, flags, min_duration=0.25, within=0.25, yaw_err=yaw)["false_alarms_pose"] == 1
 
 
 def test_yaw_error_of_a_t_flipped_over_compares_footprints() -> None:

@@ -222,6 +222,41 @@ def test_with_the_early_search_a_t_teleported_15_cm_is_resynced_without_an_alarm
     assert pos < 0.01 and yaw < math.radians(3.0), (pos, math.degrees(yaw))
 
 
+def test_the_alarm_check_vetoes_a_near_loss_and_confirms_a_loss(online: tuple[Surrogate, Runtime]) -> None:
+    """The detector made to fire on the sighting at 6 mm, the twin's T held 1 cm from the real one: the check's
+    search finds the T within `alarm_check` (2 cm) of the twin's, so no alarm is raised, only vetoes; without
+    the check the detector fires. Held 4 cm away, the check confirms the loss and the detector fires."""
+    _, runtime = online
+    home = np.asarray(runtime.scene.robot.home)
+    default, detector = runtime.config, runtime.detector
+    assert detector is not None and default.alarm_check == 0.02
+    original = detector.config
+    sensitive = replace(original, sight_distance=0.006)
+    outcomes = {}
+    try:
+        detector.config = sensitive
+        for check, distance in ((0.02, 0.01), (None, 0.01), (0.02, 0.04)):
+            runtime.config = replace(default, alarm_check=check)
+            runtime.reset()
+            _settle(runtime, home, 15)
+            s = runtime.twin.state()
+            held = s.object_pos[0] + distance * np.array([math.cos(1.0), math.sin(1.0), 0.0])
+            fired = None
+            for frame in range(30):
+                place_object(runtime.twin, 0, held, s.object_quat[0])  # keep the twin's T off the real one
+                if runtime.frame(home).desynced and fired is None:
+                    fired = frame
+            outcomes[check, distance] = (fired, len(detector.vetoes))
+    finally:
+        runtime.config, detector.config = default, original
+    fired, vetoes = outcomes[0.02, 0.01]
+    assert fired is None and vetoes >= 3, "a near-loss the search finds within 2 cm must not raise an alarm"
+    fired, vetoes = outcomes[None, 0.01]
+    assert fired is not None and fired <= 10 and vetoes == 0, "without the check the same evidence fires"
+    fired, vetoes = outcomes[0.02, 0.04]
+    assert fired is not None and fired <= 10 and vetoes == 0, "a loss the search confirms must fire as before"
+
+
 def test_while_held_the_lost_object_rests_instead_of_being_pulled(unsearched: tuple[Surrogate, Runtime]) -> None:
     """Re-acquisition off, the twin's T kept 3 cm from the real one until the detector fires: from then on the
     correction's wrench is withheld (`rest_while_held`), so the T stays where it was lost; with it off, the

@@ -73,6 +73,9 @@ class EpisodeResult:
     """Online: how many times an object of the twin was re-acquired (put where the cameras found it)."""
     early_placements: int = 0
     """Online: of those, how many in sync, on the detector's suspicion (`RuntimeConfig.early_search`)."""
+    vetoed_alarms: int = 0
+    """Online: how many times the detector's evidence would have fired but the alarm check's search found the
+    objects where the twin had them (`RuntimeConfig.alarm_check`): no alarm."""
     abandoned: bool = False
     """Online: ended early because the detector held the arm for `EnvConfig.max_held_s` without a break (the
     episode counts as it stands on ground truth: a failure unless the task was already solved)."""
@@ -99,6 +102,7 @@ class EpisodeResult:
             "desync_events": len([e for e in self.desync_events if e[1] == "fired"]),
             "reacquisitions": self.reacquisitions,
             "early_placements": self.early_placements,
+            "vetoed_alarms": self.vetoed_alarms,
             "abandoned": self.abandoned,
         }
 
@@ -134,6 +138,7 @@ class _Judge:
             r.desynced_s += self.env.dt if report.desynced else 0.0
             r.reacquisitions += sum(a.placed for a in report.reacquisitions)
             r.early_placements += sum(a.placed and a.early for a in report.reacquisitions)
+            r.vetoed_alarms += any(a.check for a in report.reacquisitions) and not report.desynced
         if frame.frame % self.every == 0:
             self.judge(float(np.max(frame.time)))
 

@@ -147,6 +147,7 @@ class OnlineReport:
             "desync_events": int(sum(sum(1 for _, what in r.desync_events if what == "fired") for r in done)),
             "reacquisitions": int(sum(r.reacquisitions for r in done)),
             "early_placements": int(sum(r.early_placements for r in done)),
+            "vetoed_alarms": int(sum(r.vetoed_alarms for r in done)),
             "abandoned": int(sum(r.abandoned for r in done)),
             **detector_summary(self.finished),
             "median_episode_wall_s": float(np.median([r.wall_s for r in done])) if n else math.nan,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -91,6 +92,8 @@ class DesyncDetector:
         calibration; under shade and shadows the colour sighting is off by up to ~2 cm there)."""
         self.events: list[tuple[int, str]] = []
         """(frame, "fired" | "re-armed") in order."""
+        self.vetoes: list[int] = []
+        """Frames at which the evidence would have fired but the check given to `update` found the twin right."""
         self._frame = 0
         self._floor = self._overlap_floor = 0.0
         self._recent: deque[float] = deque(maxlen=config.frames)
@@ -102,6 +105,7 @@ class DesyncDetector:
         self._high = self._pulled = self._low = self._away = self._skewed = self._frame = 0
         self.desynced = self._confirmed = False
         self.events = []
+        self.vetoes = []
         self._floor = self._overlap_floor = 0.0
         self._recent.clear()
         self._recent_overlap.clear()
@@ -153,10 +157,16 @@ class DesyncDetector:
         force_saturated: bool = False,
         distance: float | None = None,
         overlap: float | None = None,
+        check: Callable[[], bool] | None = None,
     ) -> bool:
         """Add one frame: the photometric residual, whether the visual force hit its cap, and (optional) how
         far the seen object stands from the twin's, m, and how well their shapes overlap (IoU in [0, 1]) (None
         or NaN: not seen, no evidence either way). Returns `desynced`.
+
+        `check` (optional) is asked only when this frame's evidence would fire: it returns whether the loss is
+        confirmed (the runtime searches the images: `RuntimeConfig.alarm_check`). When it returns False the
+        detector stays in sync, records the frame in `vetoes` and starts its firing counts afresh, as `clear`
+        does: the evidence must build again before the next check.
 
         Each way to fire (residual, force, distance, overlap) counts its own consecutive frames. A fire starts the
         re-arm count afresh and a re-arm the firing counts: a re-arm needs `frames` agreeing frames after the
@@ -193,7 +203,12 @@ class DesyncDetector:
             self._away >= cfg.sight_frames,
             self._skewed >= cfg.overlap_frames,
         )
-        if not self.desynced and any(hits):
+        vetoed = not self.desynced and any(hits) and check is not None and not check()
+        if vetoed:
+            self.vetoes.append(self._frame)
+            self._high = self._pulled = self._away = self._skewed = 0
+            log.info("desync evidence at frame %d not confirmed by the check: in sync", self._frame)
+        elif not self.desynced and any(hits):
             self.desynced = True
             self._low = 0
             self.events.append((self._frame, "fired"))

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
 from realissim.assets.appearance import AppearanceConfig
+from realissim.geometry import quat_yaw
 from realissim.real.follower import Follower, FollowerConfig
 from realissim.real.interfaces import CameraStalledError, RealWorld
 from realissim.runtime.desync import DesyncConfig, DesyncDetector
@@ -123,6 +126,17 @@ class RuntimeConfig:
     recheck_frames: int = 45
     """... and one that did, after this many (when the detector has still not re-armed: the placement did not
     bring the twin back in sync)."""
+    alarm_check: float | None = 0.02
+    """Before the detector fires, the re-acquisition's search looks for the objects in this frame's images: when
+    it finds every object within this distance of the twin's (m, planar) and within `alarm_check_yaw`, the
+    evidence came from a near-loss the correction is still following, not a loss, and no alarm is raised (the
+    detector's counts start afresh: `DesyncDetector.update(check=…)`). An object the search does not find confirms
+    the alarm. 2 cm: a loss's own definition (the sighting's `DesyncConfig.sight_distance`, the oracle's episodes);
+    the search is accurate to ~5 mm. None: fire on the evidence alone (docs/decisions.md, "The search checks an
+    alarm")."""
+    alarm_check_yaw: float = math.radians(10.0)
+    """With `alarm_check`: the largest yaw difference (rad) between the found pose and the twin's that vetoes an
+    alarm (a T turned about its centre is lost too, though its centre is not)."""
     early_search: float = 0.0
     """While in sync: once the detector's evidence has come this far towards firing (`DesyncDetector.suspicion`;
     e.g. 0.5: half of the frames that fire it), search the objects at once, without holding the arm; a found pose that
@@ -161,6 +175,10 @@ class RuntimeConfig:
             raise ValueError(f"early_hold: must be ≥ 0 frames, got {self.early_hold}")
         if self.early_every < 1:
             raise ValueError(f"early_every: must be ≥ 1, got {self.early_every}")
+        if self.alarm_check is not None and not self.alarm_check > 0:
+            raise ValueError(f"alarm_check: must be > 0 m or None, got {self.alarm_check}")
+        if not self.alarm_check_yaw > 0:
+            raise ValueError(f"alarm_check_yaw: must be > 0 rad, got {self.alarm_check_yaw}")
         if self.retry_frames < 1 or self.recheck_frames < 1:
             raise ValueError(f"retry_frames, recheck_frames: must be ≥ 1, got {self.retry_frames}, "
                              f"{self.recheck_frames}")  # fmt: skip
@@ -179,6 +197,9 @@ class Reacquisition:
     placement: Placement | None
     early: bool = False
     """Made in sync, on the detector's suspicion (`RuntimeConfig.early_search`), not after it fired."""
+    check: bool = False
+    """The alarm check's search (`RuntimeConfig.alarm_check`) that found the twin right: no alarm, nothing
+    placed."""
 
     @property
     def placed(self) -> bool:
@@ -278,6 +299,9 @@ class Runtime:
         """Frames the arms still hold after an early placement (`RuntimeConfig.early_hold`)."""
         self._lost = False
         """Held, and no search has placed or confirmed the objects since the detector fired."""
+        self._checked: tuple[int, list[SearchResult], float] | None = None
+        """(frame, each object's search, s taken) made by the alarm check this frame, for the re-acquisition to
+        reuse."""
 
     @property
     def dt(self) -> float:
@@ -390,8 +414,11 @@ class Runtime:
             t0 = clock()
             assert self.sighting is not None and self.detector is not None and q_real is not None
             sightings = tuple(self.sighting.observe(self.twin, q_real, images))
+            self._checked = None
             was = self.desynced
-            self.detector.update(result.residual, result.saturated, *_evidence(sightings))
+            checking = self.config.alarm_check is not None and self.search is not None
+            check = partial(self._loss_confirmed, q_real, images) if checking else None
+            self.detector.update(result.residual, result.saturated, *_evidence(sightings), check=check)
             if self.desynced and not was:
                 self._lost = True
             elif not self.desynced:
@@ -399,6 +426,14 @@ class Runtime:
             timing["sight"] = clock() - t0
             if not self.desynced:
                 self._next_search = 0  # the next time it fires, search at once
+            if self._checked is not None:
+                timing["check"] = self._checked[2]  # the alarm check's search (inside the detector's update)
+                timing["sight"] -= self._checked[2]
+                if not self.desynced:
+                    self.reacquisitions.extend(
+                        Reacquisition(self._frame, k, found, None, check=True)
+                        for k, found in enumerate(self._checked[1])
+                    )
             if self.desynced and self.search is not None and self._frame >= self._next_search:
                 t0 = clock()
                 attempts = self._reacquire(q_real, images)
@@ -472,8 +507,10 @@ class Runtime:
         assert self.detector is not None
         attempts = []
         settled = True  # every object placed where the images show it, or found where the twin has it
+        checked = self._checked[1] if self._checked is not None and self._checked[0] == self._frame else None
         for k in range(len(self.sighting.object_bodies)):
-            found = self.search.search(self.twin, q_real, images, k)
+            # (the alarm check searched this frame's images already, the twin unchanged since)
+            found = checked[k] if checked is not None else self.search.search(self.twin, q_real, images, k)
             # Placed only when the found pose explains clearly more of the images than the twin's (the loss
             # they remove from the object-absent loss); else the twin was right about the object.
             gain = found.empty_score - found.score
@@ -514,6 +551,29 @@ class Runtime:
                                f"{np.degrees(a.search.yaw):.0f}°" for a in attempts if a.placed))  # fmt: skip
         self.reacquisitions.extend(attempts)
         return tuple(attempts)
+
+    def _loss_confirmed(self, q_real: np.ndarray, images: np.ndarray) -> bool:
+        """The alarm check (`RuntimeConfig.alarm_check`): search every object in this frame's images; the loss is
+        confirmed unless each is found within the check's distance and yaw of the twin's pose. The searches are
+        kept for this frame's re-acquisition."""
+        assert self.search is not None and self.sighting is not None and self.config.alarm_check is not None
+        t0 = time.perf_counter()
+        results = [self.search.search(self.twin, q_real, images, k) for k in range(len(self.sighting.object_bodies))]
+        self._checked = (self._frame, results, time.perf_counter() - t0)
+        state = self.twin.state()  # the objects' poses the search compared against (from qpos, as it does)
+        confirmed = False
+        for k, found in enumerate(results):
+            if not found.found:
+                log.info("alarm check at frame %d: object %d not found: the alarm stands", self._frame, k)
+                confirmed = True
+                continue
+            off = float(np.hypot(*(found.pos[:2] - state.object_pos[k, :2])))
+            turn = abs(math.remainder(found.yaw - float(quat_yaw(state.object_quat[k])), 2.0 * math.pi))
+            far = off > self.config.alarm_check or turn > self.config.alarm_check_yaw
+            log.info("alarm check at frame %d: object %d found %.1f mm, %.1f° from the twin's: %s", self._frame, k,
+                     1e3 * off, math.degrees(turn), "the alarm stands" if far else "no alarm")  # fmt: skip
+            confirmed |= far
+        return confirmed
 
     def _read_cameras(self) -> np.ndarray | None:
         """All cameras' latest frames (C,H,W,3) uint8, or None (no correction this frame) if one has stalled."""

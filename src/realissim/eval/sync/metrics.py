@@ -84,6 +84,9 @@ DESYNC_M = 0.02
 """The oracle calls the twin out of sync when an object's position error exceeds this, m."""
 LOSS_MIN_S = 0.25
 """An oracle desync episode must last longer than this, s, and the detector must fire within it of its start."""
+YAW_LOST_RAD = math.radians(10.0)
+"""For `detector_score`'s pose variant of false alarms: a yaw error above this counts as lost too (turning the
+PushT T by 10° about its centre moves the ends of its bar by 1.7 cm)."""
 
 
 def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
@@ -99,6 +102,8 @@ def detector_score(
     threshold: float = DESYNC_M,
     min_duration: float = 0.0,
     within: float | None = None,
+    yaw_err: np.ndarray | None = None,
+    yaw_threshold: float = YAW_LOST_RAD,
 ) -> dict[str, float | int | list]:
     """The desync detector judged against the oracle (evaluation only).
 
@@ -109,7 +114,10 @@ def detector_score(
     `within` s before it (a loss the alarm's re-acquisition ended at once leaves no error during the alarm).
     Also returns the recall (hits / episodes; 1 when there are none), false alarms per minute of in-sync
     running, the frames of each kind, the length (s) of each missed episode, and the silent loss: seconds with
-    error > `threshold` while the detector said in sync (in all, and the longest such stretch)."""
+    error > `threshold` while the detector said in sync (in all, and the longest such stretch). Given the yaw
+    error (rad, per frame), also `false_alarms_pose` and its rate per minute: the alarms that are false even with
+    a yaw error over `yaw_threshold` counted as lost (an object turned about its centre is lost, though the
+    position error, which alone defines the oracle's episodes, does not say so)."""
     times, pos_err, desynced = np.asarray(times), np.asarray(pos_err), np.asarray(desynced, dtype=bool)
     dt = float(np.median(np.diff(times))) if len(times) > 1 else 0.0
     bad = pos_err > threshold
@@ -128,6 +136,12 @@ def detector_score(
     false = [a for a in alarms if not bad[max(0, a[0] - lead) : a[1]].any()]
     silent = bad & ~desynced
     in_sync_min = float((~bad).sum()) * dt / 60.0
+    pose: dict[str, float | int] = {}
+    if yaw_err is not None:
+        lost = bad | (np.asarray(yaw_err) > yaw_threshold)
+        n = len([a for a in false if not lost[max(0, a[0] - lead) : a[1]].any()])
+        minutes = float((~lost).sum()) * dt / 60.0
+        pose = {"false_alarms_pose": n, "false_alarms_pose_per_min": n / minutes if minutes > 0 else 0.0}
     return {
         "oracle_episodes": len(episodes),
         "hits": len(hits),
@@ -142,6 +156,7 @@ def detector_score(
         "missed_episode_s": [round((e - s) * dt, 3) for s, e in missed],
         "silent_loss_s": float(silent.sum()) * dt,
         "longest_silent_loss_s": max(((e - s) * dt for s, e in _runs(silent)), default=0.0),
+        **pose,
     }
 
 

@@ -178,14 +178,18 @@ def run_scenario(
     out["reacquire_ms"] = out["timing_ms"].get("reacquire", 0.0)  # median over the frames that searched
     out["reacquisitions"] = episode.reacquisitions
     out["early_placements"] = episode.early_placements
+    out["vetoed_alarms"] = episode.vetoed_alarms
+    out["check_ms"] = out["timing_ms"].get("check", 0.0)  # median over the frames the alarm check searched
     out["desynced_s"] = episode.desynced_s
     out["task"] = episode.final
     times, errors = np.asarray(sync.recorder.times), np.asarray(sync.recorder.pos_err)
-    score = detector_score(times, errors, np.asarray(sync.desynced), min_duration=LOSS_MIN_S, within=LOSS_MIN_S)
+    score = detector_score(times, errors, np.asarray(sync.desynced), min_duration=LOSS_MIN_S, within=LOSS_MIN_S,
+                           yaw_err=np.asarray(sync.recorder.yaw_err))  # fmt: skip
     out["silent_loss_s"] = score["silent_loss_s"]
     out["longest_silent_loss_s"] = score["longest_silent_loss_s"]
     out["detector_recall"] = score["recall"]
     out["false_alarms_per_min"] = score["false_alarms_per_min"]
+    out["false_alarms_pose_per_min"] = score["false_alarms_pose_per_min"]
     if runtime.detector is not None:
         out["detector"] = detector_score(times, errors, np.asarray(sync.desynced))
     out["faults"] = [
