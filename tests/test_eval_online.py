@@ -174,3 +174,10 @@ def test_workers_run_the_same_episodes_as_one_process(task) -> None:
     assert [scalars(e) for e in shared.episodes] == [scalars(e) for e in local.episodes]
     with pytest.raises(ValueError, match="policy factory"):
         evaluate_online(task, HoldStill(), starts, 2, 0.5, config, progress=False, workers=2)
+
+
+def test_the_online_environment_checks_alarms_unless_told_not_to() -> None:
+    from realissim.eval.online import online_env_config
+
+    assert online_env_config().runtime.alarm_check == RuntimeConfig().alarm_check == 0.02
+    assert online_env_config(alarm_check=False).runtime.alarm_check is None

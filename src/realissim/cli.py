@@ -511,6 +511,9 @@ class EvalOffline:
     early_hold: int | None = None
     """online: frames the arms hold after an early placement, as after an alarm but without it
     (`RuntimeConfig.early_hold`; None: the runtime's default, 0)."""
+    no_alarm_check: bool = False
+    """online: let the desync detector fire on its evidence alone, without the search's check of each alarm
+    (`RuntimeConfig.alarm_check` None)."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -583,7 +586,7 @@ class EvalOffline:
         task = make(name.partition("/")[0])
         policy.check_scene(task.scene)
         env = online_env_config(self.correct_every, self.replan_every, self.calibrate_at, self.max_held_s,
-                                self.early_search, self.early_hold)  # fmt: skip
+                                self.early_search, self.early_hold, not self.no_alarm_check)  # fmt: skip
         config = policy.env_config(env)
         world = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=(160, 90),
                                 mode="realtime" if self.realtime else "lockstep")  # fmt: skip
@@ -595,6 +598,8 @@ class EvalOffline:
             about["early_search"] = self.early_search
         if self.early_hold is not None:
             about["early_hold"] = self.early_hold
+        if self.no_alarm_check:
+            about["alarm_check"] = False
         # With --out, every episode goes to a journal as it ends: the same command again resumes, and with a
         # larger --limit it runs only the further starts.
         key = about | {"max_seconds": self.max_seconds, "steps": self.steps, "seed": self.seed,

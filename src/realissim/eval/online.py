@@ -210,13 +210,17 @@ def online_env_config(
     max_held_s: float | None = 10.0,
     early_search: float | None = None,
     early_hold: int | None = None,
+    alarm_check: bool = True,
 ) -> EnvConfig:
     """The environment of an online evaluation: the default runtime (correction and follower on), correcting on
     every `correct_every`-th frame (`RuntimeConfig.correct_every`), the twin's appearance calibrated at the task's
     goal or at the first start (`EnvConfig.calibrate_at`), an episode abandoned after `max_held_s` s of
     unbroken hold by the desync detector (`EnvConfig.max_held_s`); `early_search` (None: the runtime's default)
-    sets `RuntimeConfig.early_search`, `early_hold` (None: its default) `RuntimeConfig.early_hold`."""
+    sets `RuntimeConfig.early_search`, `early_hold` (None: its default) `RuntimeConfig.early_hold`; `alarm_check`
+    False lets the detector fire on its evidence alone (`RuntimeConfig.alarm_check` None)."""
     runtime = RuntimeConfig(correct_every=correct_every)
+    if not alarm_check:
+        runtime = replace(runtime, alarm_check=None)
     if early_search is not None:
         runtime = replace(runtime, early_search=early_search)
     if early_hold is not None:
