@@ -274,7 +274,11 @@ def mutated_documents(draw: st.DrawFn, base: dict[str, Any]) -> dict[str, Any]:
         elif action == "add" and isinstance(parent, dict):
             parent[draw(st.text(max_size=6))] = draw(json_values)
         elif action == "scale" and isinstance(parent[key], (int, float)) and not isinstance(parent[key], bool):
-            parent[key] = parent[key] * draw(st.sampled_from([-1.0, 0.0, 1e-9, 1e9, 1e308, math.nan]))
+            factor = draw(st.sampled_from([-1.0, 0.0, 1e-9, 1e9, 1e308, math.nan]))
+            try:
+                parent[key] = parent[key] * factor
+            except OverflowError:  # an integer beyond a float's range, drawn by an earlier "replace"
+                parent[key] = math.copysign(math.inf, parent[key]) * factor
     return doc
 
 
