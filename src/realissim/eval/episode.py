@@ -138,7 +138,7 @@ class _Judge:
             r.desynced_s += self.env.dt if report.desynced else 0.0
             r.reacquisitions += sum(a.placed for a in report.reacquisitions)
             r.early_placements += sum(a.placed and a.early for a in report.reacquisitions)
-            r.vetoed_alarms += any(a.check for a in report.reacquisitions) and not report.desynced
+            r.vetoed_alarms += any(a.check for a in report.reacquisitions)  # (made only in sync)
         if frame.frame % self.every == 0:
             self.judge(float(np.max(frame.time)))
 

@@ -299,9 +299,9 @@ class Runtime:
         """Frames the arms still hold after an early placement (`RuntimeConfig.early_hold`)."""
         self._lost = False
         """Held, and no search has placed or confirmed the objects since the detector fired."""
-        self._checked: tuple[int, list[SearchResult], float] | None = None
-        """(frame, each object's search, s taken) made by the alarm check this frame, for the re-acquisition to
-        reuse."""
+        self._checked: tuple[list[SearchResult], float] | None = None
+        """(each object's search, s taken) made by the alarm check in this corrected frame (cleared before the
+        detector's update), for the frame's re-acquisition to reuse."""
 
     @property
     def dt(self) -> float:
@@ -427,12 +427,12 @@ class Runtime:
             if not self.desynced:
                 self._next_search = 0  # the next time it fires, search at once
             if self._checked is not None:
-                timing["check"] = self._checked[2]  # the alarm check's search (inside the detector's update)
-                timing["sight"] -= self._checked[2]
+                checked, seconds = self._checked
+                timing["check"] = seconds  # the alarm check's search (inside the detector's update)
+                timing["sight"] -= seconds
                 if not self.desynced:
                     self.reacquisitions.extend(
-                        Reacquisition(self._frame, k, found, None, check=True)
-                        for k, found in enumerate(self._checked[1])
+                        Reacquisition(self._frame, k, found, None, check=True) for k, found in enumerate(checked)
                     )
             if self.desynced and self.search is not None and self._frame >= self._next_search:
                 t0 = clock()
@@ -507,7 +507,7 @@ class Runtime:
         assert self.detector is not None
         attempts = []
         settled = True  # every object placed where the images show it, or found where the twin has it
-        checked = self._checked[1] if self._checked is not None and self._checked[0] == self._frame else None
+        checked = self._checked[0] if self._checked is not None else None
         for k in range(len(self.sighting.object_bodies)):
             # (the alarm check searched this frame's images already, the twin unchanged since)
             found = checked[k] if checked is not None else self.search.search(self.twin, q_real, images, k)
@@ -559,7 +559,7 @@ class Runtime:
         assert self.search is not None and self.sighting is not None and self.config.alarm_check is not None
         t0 = time.perf_counter()
         results = [self.search.search(self.twin, q_real, images, k) for k in range(len(self.sighting.object_bodies))]
-        self._checked = (self._frame, results, time.perf_counter() - t0)
+        self._checked = (results, time.perf_counter() - t0)
         state = self.twin.state()  # the objects' poses the search compared against (from qpos, as it does)
         confirmed = False
         for k, found in enumerate(results):
