@@ -88,11 +88,15 @@ class Args:
     no_alarm_check: bool = False
     """Let the detector fire on its evidence alone, without the search's check (`RuntimeConfig.alarm_check`
     None), as before stop 51."""
+    pushes: Literal["closed", "stop51"] = "closed"
+    """The scenario's pushes (`ScenarioConfig.pushes`): "closed" (stop 52: round the T, closed loop) or "stop51"
+    (stops 35–51's: lifted over the T, open loop)."""
 
 
 def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, every: int = 1,
         calibrate_at: Literal["goal", "start"] = "start", shadows: bool = True,
-        eps2d: float | None = None, iterations: int | None = None, alarm_check: bool = True) -> dict:  # fmt: skip
+        eps2d: float | None = None, iterations: int | None = None, alarm_check: bool = True,
+        pushes: Literal["closed", "stop51"] = "closed") -> dict:  # fmt: skip
     runtime = RuntimeConfig(correct=correct, correct_every=every, shadows=ShadowFitConfig(enabled=shadows))
     if not alarm_check:
         runtime = replace(runtime, alarm_check=None)
@@ -100,7 +104,7 @@ def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, 
         runtime = replace(runtime, eps2d=eps2d)
     if iterations is not None:
         runtime = replace(runtime, correction=replace(runtime.correction, iterations=iterations))
-    config = contact_rich(seed, seconds=seconds, gap=gap, runtime=runtime, calibrate_at=calibrate_at)
+    config = contact_rich(seed, seconds=seconds, gap=gap, runtime=runtime, calibrate_at=calibrate_at, pushes=pushes)
     out = run_scenario(make("pusht"), config, label=label)
     out.pop("series")
     return out
@@ -125,6 +129,7 @@ def main(args: Args) -> dict:
             args.eps2d,
             args.iterations,
             not args.no_alarm_check,
+            args.pushes,
         )
     print(
         f"contact-rich, gap {args.gap or 'default'}, seed {args.seed}, {args.seconds:g} s, lock-step, "
@@ -133,6 +138,7 @@ def main(args: Args) -> dict:
         + ("" if args.eps2d is None else f", twin low-pass {args.eps2d:g} px²")
         + ("" if args.iterations is None else f", {args.iterations} correction steps")
         + (", no alarm check" if args.no_alarm_check else "")
+        + (f", {args.pushes} pushes" if args.pushes != "closed" else "")
     )
     print(f"| {'metric':<38} | {'correction on':>13} | {'off':>9} |")
     print(f"|{'-' * 40}|{'-' * 15}|{'-' * 11}|")
@@ -149,7 +155,8 @@ def sweep(args: Args) -> dict:
     rows: dict = {}
     key = {"sweep_seed": args.sweep_seed, "seed": args.seed, "seconds": args.seconds,
            "correct_every": args.correct_every, "calibrate_at": args.calibrate_at, "shadows": args.shadows,
-           "eps2d": args.eps2d, "iterations": args.iterations, "alarm_check": not args.no_alarm_check}  # fmt: skip
+           "eps2d": args.eps2d, "iterations": args.iterations, "alarm_check": not args.no_alarm_check,
+           "pushes": args.pushes}  # fmt: skip
     if args.json is not None and args.json.exists():
         done = json.loads(args.json.read_text())
         if done.pop("_key", None) == key:
@@ -162,7 +169,7 @@ def sweep(args: Args) -> dict:
             path = Path(folder) / f"{name}.json"
             save_gap(gap, path)
             out = run(path, args.seconds, args.seed, True, name, args.correct_every, args.calibrate_at, args.shadows,
-                      args.eps2d, args.iterations, not args.no_alarm_check)  # fmt: skip
+                      args.eps2d, args.iterations, not args.no_alarm_check, args.pushes)  # fmt: skip
             rows[name] = {"set": "tune" if i < args.tune else "held-out", **describe(gap), **out}
             if args.json is not None:
                 args.json.write_text(json.dumps(jsonable({"_key": key, **rows}), indent=2))

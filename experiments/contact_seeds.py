@@ -13,6 +13,7 @@ seed's tail, so compare settings on means and on per-seed counts over a dozen se
     python experiments/contact_seeds.py --lead-path 1.0 --out path.jsonl   # RuntimeConfig.lead_path_s
     python experiments/contact_seeds.py --early-search 0.5 --out early.jsonl   # RuntimeConfig.early_search
     python experiments/contact_seeds.py --no-alarm-check --out evidence.jsonl   # RuntimeConfig.alarm_check None
+    python experiments/contact_seeds.py --pushes stop51 --out stop51.jsonl   # stops 35–51's pushes
 
 Run one at a time: two lock-step pairs at once on a 2-core machine ran ten times slower each (the rasteriser's and
 torch's threads contend), not two.
@@ -24,6 +25,7 @@ import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import tyro
@@ -70,6 +72,8 @@ class Args:
     """`RuntimeConfig.early_search` (None: its default)."""
     no_alarm_check: bool = False
     """`RuntimeConfig.alarm_check` None: the detector fires on its evidence alone."""
+    pushes: Literal["closed", "stop51"] = "closed"
+    """The scenario's pushes (`ScenarioConfig.pushes`): "stop51" for stops 35–51's."""
     threads: int | None = None
     """Torch (and rasteriser) threads (None: torch's default)."""
     out: Path = Path("contact_seeds.jsonl")
@@ -97,7 +101,7 @@ def main(args: Args) -> list[dict]:
     settings = {"gap": str(args.gap) if args.gap else None, "seconds": args.seconds, "integral": correction.integral,
                 "discharge": discharge, "lead_path_s": runtime.lead_path_s,
                 "lead_lag_frames": runtime.lead_lag_frames, "early_search": runtime.early_search,
-                "alarm_check": runtime.alarm_check}  # fmt: skip
+                "alarm_check": runtime.alarm_check, "pushes": args.pushes}  # fmt: skip
     rows = {}
     if args.out.exists():
         for line in args.out.read_text().splitlines():
@@ -108,7 +112,8 @@ def main(args: Args) -> list[dict]:
     for seed in args.seeds:
         if seed in rows:
             continue
-        config = contact_rich(seed, seconds=args.seconds, gap=args.gap, runtime=runtime, threads=args.threads)
+        config = contact_rich(seed, seconds=args.seconds, gap=args.gap, runtime=runtime, threads=args.threads,
+                              pushes=args.pushes)  # fmt: skip
         out = run_scenario(task, config, label=f"seed {seed}")
         rows[seed] = {"seed": seed, "settings": settings, **{k: float(out[k]) for k, _ in KEYS}}
         with args.out.open("a") as f:

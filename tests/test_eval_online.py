@@ -181,3 +181,69 @@ def test_the_online_environment_checks_alarms_unless_told_not_to() -> None:
 
     assert online_env_config().runtime.alarm_check == RuntimeConfig().alarm_check == 0.02
     assert online_env_config(alarm_check=False).runtime.alarm_check is None
+
+
+def _descendants(pid: int) -> set[int]:
+    """Live processes below `pid` (from /proc; zombies left out)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def test_a_terminated_parallel_evaluation_ends_its_workers(tmp_path) -> None:
+    """SIGTERM to a parallel online evaluation ends its worker processes and their surrogates (before, they ran on
+    after the parent had gone); the process exits with 143."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = """
+import numpy as np
+from helpers import HoldStillFactory, near_goal_starts
+from realissim.envs import EnvConfig
+from realissim.eval.online import evaluate_online
+from realissim.tasks import make
+task = make("pusht")
+starts = near_goal_starts(task, [(0.0, 0.04, 0.0), (0.03, 0.0, 0.2)])
+evaluate_online(task, HoldStillFactory(), starts, 4, 60.0, EnvConfig(calibrate="never"), progress=False, workers=2)
+"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    child = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while len(below := _descendants(child.pid)) < 4 and time.monotonic() < deadline:  # 2 workers, 2 surrogates
+            assert child.poll() is None, "the evaluation ended before its workers were up"
+            time.sleep(0.5)
+        assert len(below) >= 4, below
+        time.sleep(2.0)  # episodes under way
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=60) == 143
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in below) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not any(_alive(p) for p in below), "worker processes outlived the terminated evaluation"
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -23,8 +23,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -41,6 +44,7 @@ from realissim.eval.sync.metrics import DESYNC_M, LOSS_MIN_S, detector_score
 from realissim.policy.base import Policy
 from realissim.real.surrogate import Surrogate, SurrogateConfig, SurrogateError
 from realissim.runtime import RuntimeConfig
+from realissim.signals import Terminated, terminate_raises
 from realissim.spec.state import StartState
 from realissim.tasks import Task
 
@@ -346,6 +350,10 @@ class _EpisodeRunner:
         self.surrogate, self.env = None, None
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated(128 + signum)
+
+
 def _worker(
     number: int,
     task: Task,
@@ -365,12 +373,18 @@ def _worker(
 
     torch.set_num_threads(1)
     runner = None
+    parent = os.getppid()
     try:
+        signal.signal(signal.SIGTERM, _terminated)  # terminated by the parent: close the surrogate first
         runner = _EpisodeRunner(task, factory(task, 1), config, lambda: Surrogate(task.scene, world), max_seconds)
         while (item := inbox.get()) is not None:
+            if os.getppid() != parent:
+                return  # orphaned (the parent was killed): run nothing more
             outbox.put(("start", number, item))
             episode = runner.run(starts[item[0]], *item)
             outbox.put(("done", number, json.loads(json.dumps(episode.to_json(), default=_plain))))
+    except Terminated:
+        pass  # ended by the parent
     except BaseException:
         outbox.put(("crash", number, traceback.format_exc()))
     finally:
@@ -404,11 +418,11 @@ def _run_workers(
         inbox.put(None)
     args = (task, factory, starts, max_seconds, config, world, inbox, outbox)
     processes = [ctx.Process(target=_worker, args=(w, *args), name=f"online-eval-{w}") for w in range(count)]
-    with one_thread_per_pool():
-        for process in processes:
-            process.start()
     remaining = len(todo)
-    try:
+    with terminate_raises(), _ending(processes, lambda: remaining == 0):
+        with one_thread_per_pool():
+            for process in processes:
+                process.start()
         while remaining:
             try:
                 kind, number, payload = outbox.get(timeout=1.0)
@@ -424,9 +438,18 @@ def _run_workers(
             if kind == "done":
                 finished(OnlineEpisode.from_json(payload, starts))
                 remaining -= 1
+
+
+@contextmanager
+def _ending(processes: Sequence[Any], done: Callable[[], bool]) -> Iterator[None]:
+    """On leaving the block, however (an error, Ctrl-C, SIGTERM within `terminate_raises`): the worker
+    `processes` join (briefly if `done()`, else at once) and any still alive are terminated."""
+    try:
+        yield
     finally:
-        for process in processes:
-            process.join(timeout=5.0 if remaining == 0 else 0.0)
+        finished = done()
+        for process in (p for p in processes if p.pid is not None):  # those started
+            process.join(timeout=5.0 if finished else 0.0)
             if process.is_alive():
                 process.terminate()
                 process.join(timeout=10.0)

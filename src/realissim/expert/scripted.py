@@ -23,11 +23,14 @@ from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK
 
 
-def sample_path(waypoints: ArrayLike, speed: float, dt: float, accel: float = math.inf) -> np.ndarray:
+def sample_path(
+    waypoints: ArrayLike, speed: float, dt: float, accel: float = math.inf, through: bool = False
+) -> np.ndarray:
     """Tip positions (N, 3), one per frame of `dt` s, along the polyline `waypoints` (M, 3) m.
 
     Each straight segment starts and ends at rest and follows a trapezoidal speed profile with peak
-    `speed` m/s and acceleration `accel` m/s² (infinite: constant speed). Ends are included.
+    `speed` m/s and acceleration `accel` m/s² (infinite: constant speed); `through`: one such profile over the
+    whole polyline, which turns its inner corners without stopping. Ends are included.
     """
     pts = np.asarray(waypoints, dtype=np.float64)
     if pts.ndim != 2 or pts.shape[1] != 3 or len(pts) < 2:
@@ -35,6 +38,11 @@ def sample_path(waypoints: ArrayLike, speed: float, dt: float, accel: float = ma
     if not (speed > 0 and dt > 0 and accel > 0):
         raise ValueError(f"speed, dt and accel must be > 0, got {speed}, {dt}, {accel}")
     out = [pts[:1]]
+    if through and len(pts) > 2:
+        arc = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(pts, axis=0), axis=1))])
+        s = _trapezoid(float(arc[-1]), speed, accel, dt)
+        out.append(np.stack([np.interp(s, arc, pts[:, k]) for k in range(3)], axis=1))
+        return np.concatenate(out)
     for a, b in itertools.pairwise(pts):
         length = float(np.linalg.norm(b - a))
         s = _trapezoid(length, speed, accel, dt)

@@ -22,7 +22,7 @@ import torch
 from realissim.envs.env import Env, EnvConfig, FrameInfo
 from realissim.eval.episode import EpisodeObserver, ProgressBar, run_episode
 from realissim.eval.sync.metrics import LOSS_MIN_S, SyncRecorder, detector_score, fault_outcome
-from realissim.expert.random_pushes import RandomPushes, RandomPushesConfig
+from realissim.expert.random_pushes import RandomPushes, RandomPushesConfig, stop51_pushes
 from realissim.expert.scripted import ScriptedPush
 from realissim.policy.base import Observation
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
@@ -41,6 +41,9 @@ class ScenarioConfig:
     """The twin arm's motion: the scripted push then holding, or random pushes that keep the T moving."""
     motion_seed: int = 0
     """Seed of the random pushes."""
+    pushes: Literal["closed", "stop51"] = "closed"
+    """The random pushes: "closed" — round the T at pushing height, closed loop (`RandomPushesConfig`'s defaults,
+    stop 52); "stop51" — lifted over the T, open loop (`stop51_pushes`, stops 35–51's scenario)."""
     start_seed: int | None = None
     """None: the scene's start; else a start drawn by the task's sampler with this seed."""
     push_time: float = 10.0
@@ -145,7 +148,8 @@ def run_scenario(
     sync = SyncObserver(scenario_disturbances(task, config))
     threads = config.threads or (max(1, (os.cpu_count() or 2) - 1) if config.realtime else None)
     if config.motion == "random":
-        policy = RandomPushes(task.scene, RandomPushesConfig(seed=config.motion_seed))
+        pushes = RandomPushesConfig(seed=config.motion_seed)
+        policy = RandomPushes(task.scene, stop51_pushes(config.motion_seed) if config.pushes == "stop51" else pushes)
         env_config = EnvConfig(runtime=config.runtime, replan_every=policy.config.lead * policy.config.horizon
                                / policy.config.waypoints, calibrate_at=config.calibrate_at)  # fmt: skip
     else:
