@@ -60,6 +60,9 @@ class RandomPushesConfig:
     turns: int = 1
     """Headings drawn for a continued push before giving up on it (each must keep the T in the workspace for at
     least the shortest push; the push is cut short where it would leave)."""
+    shorten: bool = True
+    """A continued push that would take the T's centre out of the workspace is cut short where it would leave (if
+    at least the shortest push remains); False: it is not taken (stops 35–51)."""
     reach: float = 0.13
     """A push goes on only while the tip is within this of the T's centre, m (still at its side)."""
     near: float = 0.75
@@ -117,7 +120,8 @@ def stop51_pushes(seed: int = 0) -> RandomPushesConfig:
     """The contact-rich scenario's pushes of stops 35–51, for comparison: lifted over the T, open loop (the plan on
     its own clock), one draw per push, faster and shorter pushes, new pushes anywhere in the workspace."""
     return RandomPushesConfig(seed=seed, travel="lift", through=False, closed_loop=False, candidates=1, tries=1,
-                              speed=(0.1, 0.35), distance=(0.06, 0.18), approach_gap=0.02, aim_half=0.22)  # fmt: skip
+                              speed=(0.1, 0.35), distance=(0.06, 0.18), approach_gap=0.02, aim_half=0.22,
+                              shorten=False)  # fmt: skip
 
 
 def t_sides(block: TBlock) -> list[tuple[np.ndarray, np.ndarray, float]]:
@@ -346,11 +350,16 @@ class RandomPushes:
         near = float(np.linalg.norm(towards))
         if tip[2] > cfg.push_height + 0.01 or near > cfg.reach or self._rng.random() >= cfg.keep_pushing:
             return None
+        towards = towards / max(near, 1e-9)
+        if not cfg.shorten:  # stops 35–51: one heading; not taken if the T would leave the workspace
+            direction = _turned(towards, self._rng.uniform(-cfg.turn, cfg.turn))
+            distance = float(self._rng.uniform(*cfg.distance))
+            if np.any(np.abs(pos + direction * distance - np.asarray(WORKSPACE_CENTER)) > cfg.workspace_half):
+                return None
+            return tip[:2].copy(), tip[:2] + direction * distance
         distance = float(self._rng.uniform(*cfg.distance))
         for _ in range(cfg.turns):  # headings about the line to the T's centre (it keeps contact), drawn until
-            angle = self._rng.uniform(-cfg.turn, cfg.turn)  # one keeps the T in the workspace
-            c, s = math.cos(angle), math.sin(angle)
-            direction = np.array([[c, -s], [s, c]]) @ (towards / max(near, 1e-9))
+            direction = _turned(towards, self._rng.uniform(-cfg.turn, cfg.turn))  # one keeps the T in the workspace
             room = _room(pos - np.asarray(WORKSPACE_CENTER), direction, cfg.workspace_half)
             if room >= cfg.distance[0]:
                 return tip[:2].copy(), tip[:2] + direction * min(distance, room)
@@ -450,3 +459,9 @@ def _back_off(p: np.ndarray, boxes: list[tuple[np.ndarray, np.ndarray]], out: fl
                     best = (step, p + heading * step)
                 break
     return p if best is None else best[1]
+
+
+def _turned(v: np.ndarray, angle: float) -> np.ndarray:
+    """The 2-vector `v` turned by `angle` rad."""
+    c, s = math.cos(angle), math.sin(angle)
+    return np.array([[c, -s], [s, c]]) @ v
