@@ -183,18 +183,26 @@ def test_the_online_environment_checks_alarms_unless_told_not_to() -> None:
     assert online_env_config(alarm_check=False).runtime.alarm_check is None
 
 
+def _stat(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and parent pid (from /proc), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def _alive(pid: int) -> bool:
+    return (stat := _stat(pid)) is not None and stat[0] != "Z"
+
+
 def _descendants(pid: int) -> set[int]:
-    """Live processes below `pid` (from /proc; zombies left out)."""
+    """Live processes below `pid` (zombies left out)."""
     parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                parents.setdefault(int(fields[1]), []).append(int(entry))
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        if (stat := _stat(int(entry))) is not None and stat[0] != "Z":
+            parents.setdefault(stat[1], []).append(int(entry))
     found, todo = set(), [pid]
     while todo:
         for child in parents.get(todo.pop(), []):
@@ -239,11 +247,3 @@ evaluate_online(task, HoldStillFactory(), starts, 4, 60.0, EnvConfig(calibrate="
     finally:
         if child.poll() is None:
             child.kill()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False

@@ -58,6 +58,12 @@ def yaw_quat(yaw: float) -> tuple[float, float, float, float]:
     return (math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2))
 
 
+def planar_rotation(angle: float) -> np.ndarray:
+    """The (2, 2) matrix turning plane vectors by `angle` rad (counter-clockwise)."""
+    c, s = math.cos(angle), math.sin(angle)
+    return np.array([[c, -s], [s, c]])
+
+
 def quat_yaw(quat: ArrayLike) -> np.ndarray:
     """Heading (rad, in (-π, π]) of the body x axis projected on the world xy plane; shape (...)."""
     r = quat_to_mat(quat)

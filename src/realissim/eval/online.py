@@ -24,7 +24,6 @@ import json
 import logging
 import math
 import os
-import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -350,10 +349,6 @@ class _EpisodeRunner:
         self.surrogate, self.env = None, None
 
 
-def _terminated(signum: int, frame: object) -> None:
-    raise Terminated(128 + signum)
-
-
 def _worker(
     number: int,
     task: Task,
@@ -375,14 +370,14 @@ def _worker(
     runner = None
     parent = os.getppid()
     try:
-        signal.signal(signal.SIGTERM, _terminated)  # terminated by the parent: close the surrogate first
-        runner = _EpisodeRunner(task, factory(task, 1), config, lambda: Surrogate(task.scene, world), max_seconds)
-        while (item := inbox.get()) is not None:
-            if os.getppid() != parent:
-                return  # orphaned (the parent was killed): run nothing more
-            outbox.put(("start", number, item))
-            episode = runner.run(starts[item[0]], *item)
-            outbox.put(("done", number, json.loads(json.dumps(episode.to_json(), default=_plain))))
+        with terminate_raises():  # terminated by the parent: close the surrogate first
+            runner = _EpisodeRunner(task, factory(task, 1), config, lambda: Surrogate(task.scene, world), max_seconds)
+            while (item := inbox.get()) is not None:
+                if os.getppid() != parent:
+                    return  # orphaned (the parent was killed): run nothing more
+                outbox.put(("start", number, item))
+                episode = runner.run(starts[item[0]], *item)
+                outbox.put(("done", number, json.loads(json.dumps(episode.to_json(), default=_plain))))
     except Terminated:
         pass  # ended by the parent
     except BaseException:

@@ -29,7 +29,7 @@ import numpy as np
 from realissim.assets import panda
 from realissim.assets.pusht import WORKSPACE_CENTER, TBlock
 from realissim.expert.scripted import joint_trajectory, sample_path
-from realissim.geometry import quat_yaw
+from realissim.geometry import planar_rotation, quat_yaw
 from realissim.policy.base import ActionChunk, Observation
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK
@@ -157,7 +157,6 @@ class RandomPushes:
         self._plan: np.ndarray | None = None
         self._t0 = 0.0
         self._meta: tuple[int, np.ndarray, float, int] = (0, np.zeros(2), 0.0, 0)
-        self._push_from = self._travel_len = 0
         self._replans = 0
         self._progress = (-1, 0.0)
 
@@ -177,11 +176,12 @@ class RandomPushes:
         if cfg.closed_loop:
             k0 = self._follow(observation, q, t, k0)
         if len(self._plan) - 1 - k0 < cfg.lead:  # the push is nearly done: plan the next one after it
-            self._plan = np.concatenate([self._plan, self._push(observation, self._plan[-1])[1:]])
+            push, push_from = self._push(observation, self._plan[-1])
+            self._plan = np.concatenate([self._plan, push[1:]])
             # Known defect (stop 52, measured as is): the offset should be the old length − 1. With this one an
             # appended push's travel is checked as if pushing (the tip more than `lost` off the T drops it, e.g.
             # at a corner of the way round), not for a moved T; pushes planned afresh are checked as documented.
-            self._meta = self._meta_of(observation, len(self._plan))
+            self._meta = self._meta_of(observation, len(self._plan), push_from)
         idx = np.minimum(k0 + np.arange(1, cfg.waypoints + 1), len(self._plan) - 1)
         progress = np.zeros(cfg.waypoints)  # a test motion: no task progress to report
         return ActionChunk(self._plan[idx], progress, cfg.horizon)
@@ -194,15 +194,16 @@ class RandomPushes:
 
     def _start_plan(self, observation: Observation, q: np.ndarray, t: float) -> None:
         """A new plan from the arm's joints `q` (J,) at time `t` s, for the observed T."""
-        self._plan, self._t0 = self._push(observation, q), t
-        self._meta = self._meta_of(observation, 0)
+        (self._plan, push_from), self._t0 = self._push(observation, q), t
+        self._meta = self._meta_of(observation, 0, push_from)
         self._progress = (-1, t)
 
-    def _meta_of(self, observation: Observation, offset: int) -> tuple[int, np.ndarray, float, int]:
-        """What the closed loop needs of the latest push: (its first waypoint's index in the plan, the T's planar
-        position (2,) m and yaw rad it was planned for, the waypoint where its pushing leg starts)."""
+    def _meta_of(self, observation: Observation, offset: int, push_from: int) -> tuple[int, np.ndarray, float, int]:
+        """What the closed loop needs of the latest push, given its first waypoint's index `offset` in the plan and
+        its pushing leg's start `push_from` within it: (that first index, the T's planar position (2,) m and yaw rad
+        it was planned for, the pushing leg's start in the plan)."""
         pos = np.asarray(observation.object_pos[0][:2], dtype=np.float64).copy()
-        return offset, pos, quat_yaw(np.asarray(observation.object_quat[0])), offset + self._push_from
+        return offset, pos, quat_yaw(np.asarray(observation.object_quat[0])), offset + push_from
 
     def _follow(self, observation: Observation, q: np.ndarray, t: float, k0: int) -> int:
         """The closed loop, each re-plan: the plan's clock waits for an arm that falls behind it (held back by the
@@ -230,17 +231,17 @@ class RandomPushes:
             turned = abs(math.remainder(yaw - yaw0, math.tau))
             stale = np.linalg.norm(pos - pos0) > cfg.stale or turned > math.radians(cfg.stale_deg)
         else:  # pushing: the tip must still be at the T
-            c, s = math.cos(yaw), math.sin(yaw)
-            body = np.array([[c, s], [-s, c]]) @ (tip[:2] - pos)
-            stale = _nearest(body, self.boxes)[1] > self.rod + cfg.lost and left > cfg.lead
+            body = planar_rotation(yaw).T @ (tip[:2] - pos)
+            stale = _nearest(body, self.boxes)[1] > self.rod + cfg.lost
         if (stale or stalled) and left > cfg.lead:
             self._replans += 1
             self._start_plan(observation, q, t)
             return 0
         return k0
 
-    def _push(self, observation: Observation, q_from: np.ndarray) -> np.ndarray:
-        """Joint waypoints (L, J), one every H/m s, the first at `q_from`: one push of the observed T. With
+    def _push(self, observation: Observation, q_from: np.ndarray) -> tuple[np.ndarray, int]:
+        """Joint waypoints (L, J), one every H/m s, the first at `q_from`: one push of the observed T; and the
+        waypoint where its pushing leg starts (after the travel there). With
         `tries` > 1, a push the arm cannot follow closely (its joints needing more than `slack` of the tip's time,
         or the tip missing its path by more than 1 cm: a joint limit or an arm reconfiguring) is drawn again; the
         last draw is kept if none fits."""
@@ -248,13 +249,12 @@ class RandomPushes:
         pos, yaw = np.asarray(observation.object_pos[0][:2]), quat_yaw(np.asarray(observation.object_quat[0]))
         tip = self.ik.tip_position(q_from)
         for attempt in range(cfg.tries):
-            tips = self._tip_path(pos, yaw, tip, continued=attempt == 0)
+            tips, travel = self._tip_path(pos, yaw, tip, continued=attempt == 0)
             step = cfg.horizon / cfg.waypoints
             joints = joint_trajectory(self.ik, tips, q_from, panda.VELOCITY_LIMIT, step, strict=False)
             if len(joints) <= cfg.slack * len(tips) + 4 and self._follows(joints, tips):
                 break
-        self._push_from = round(self._travel_len * len(joints) / max(len(tips), 1))
-        return np.concatenate([q_from[None], joints])
+        return np.concatenate([q_from[None], joints]), round(travel * len(joints) / max(len(tips), 1))
 
     def _follows(self, joints: np.ndarray, tips: np.ndarray) -> bool:
         """Whether the joint waypoints (T, J) reach the tip path's (N, 3) end and points along it within 1 cm."""
@@ -263,9 +263,10 @@ class RandomPushes:
             ends += [self.ik.tip_position(joints[k]) - tips[k] for k in range(0, len(tips), 4)]
         return max(float(np.linalg.norm(e)) for e in ends) <= 0.01
 
-    def _tip_path(self, pos: np.ndarray, yaw: float, tip: np.ndarray, continued: bool) -> np.ndarray:
+    def _tip_path(self, pos: np.ndarray, yaw: float, tip: np.ndarray, continued: bool) -> tuple[np.ndarray, int]:
         """Tip positions (N, 3) m, one every H/m s, from `tip` (3,): the travel to a push of the T at `pos`, `yaw`
-        (or, if `continued` allows and the draw says so, a push going on from the tip) and the push itself."""
+        (or, if `continued` allows and the draw says so, a push going on from the tip) and the push itself; and how
+        many of them the travel takes."""
         cfg = self.config
         h, z = cfg.hover, cfg.push_height
         on = self._continued(pos, tip) if continued else None
@@ -273,12 +274,16 @@ class RandomPushes:
             start, end = on
             travel = np.array([tip, [*start, z]])
         else:
+            R = planar_rotation(yaw)
+            backed = None  # where the tip backs off to, in the T's frame: the same for every draw
+            if cfg.travel == "around" and tip[2] <= cfg.push_height + 0.01:
+                backed = _back_off(R.T @ (tip[:2] - pos), self.boxes, self.rod + cfg.approach_gap)
             best: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
             for _ in range(cfg.candidates):  # the draw with the shortest way there
                 contact, inward, distance = self._choose(pos, yaw, tip[:2])
                 start = contact - inward * (self.rod + cfg.approach_gap)
                 end = contact - inward * self.rod + inward * distance
-                around = self._around(pos, yaw, tip, start) if cfg.travel == "around" else None
+                around = None if backed is None else self._around(pos, R, tip, backed, start)
                 if around is not None:
                     travel = np.array([[*p, z] for p in around])
                     travel[0] = tip
@@ -294,23 +299,20 @@ class RandomPushes:
         step = cfg.horizon / cfg.waypoints
         push = np.array([[*start, z], [*end, z]])  # no lift: the next push may go on from here
         way = sample_path(travel, cfg.travel_speed, step, accel=cfg.accel, through=cfg.through)
-        self._travel_len = len(way)
-        return np.concatenate([way, sample_path(push, float(self._rng.uniform(*cfg.speed)), step, accel=cfg.accel)[1:]])
+        pushing = sample_path(push, float(self._rng.uniform(*cfg.speed)), step, accel=cfg.accel)[1:]
+        return np.concatenate([way, pushing]), len(way)
 
-    def _around(self, pos: np.ndarray, yaw: float, tip: np.ndarray, start: np.ndarray) -> list[np.ndarray] | None:
-        """The tip's way at pushing height from `tip` (3,) m to the push's `start` (2,) m round the T at `pos`, `yaw`:
-        back off to `approach_gap` from the T, then the shortest path through the corners of the T's outline pushed
-        out by rod + `approach_gap`, each leg clear of the T by the rod and half the gap. Points (2,) m in the world,
-        the first the tip's own; None if the tip is not low, or no clear way (the caller lifts instead)."""
+    def _around(
+        self, pos: np.ndarray, R: np.ndarray, tip: np.ndarray, backed: np.ndarray, start: np.ndarray
+    ) -> list[np.ndarray] | None:
+        """The tip's way at pushing height from `tip` (3,) m to the push's `start` (2,) m round the T at `pos` (2,),
+        turned by `R` (2, 2): back off to `backed` (2,) in the T's frame (`approach_gap` from it), then the shortest
+        path through the corners of the T's outline pushed out by rod + `approach_gap`, each leg clear of the T by
+        the rod and half the gap. Points (2,) m in the world, the first the tip's own; None if there is no clear way
+        (the caller lifts instead)."""
         cfg = self.config
-        if tip[2] > cfg.push_height + 0.01:
-            return None
-        c, s = math.cos(yaw), math.sin(yaw)
-        R = np.array([[c, -s], [s, c]])
-        body = lambda p: R.T @ (np.asarray(p[:2]) - pos)  # noqa: E731
         out, check = self.rod + cfg.approach_gap, self.rod + 0.5 * cfg.approach_gap
-        a, b = body(tip), body(start)
-        backed = _back_off(a, self.boxes, out)
+        b = R.T @ (start - pos)
         nodes = [backed, b, *self.corners(out)]
         if _inside(backed, self.boxes, check) or _inside(b, self.boxes, check):
             return None
@@ -355,14 +357,14 @@ class RandomPushes:
             return None
         towards = towards / max(near, 1e-9)
         if not cfg.shorten:  # stops 35–51: one heading; not taken if the T would leave the workspace
-            direction = _turned(towards, self._rng.uniform(-cfg.turn, cfg.turn))
+            direction = planar_rotation(self._rng.uniform(-cfg.turn, cfg.turn)) @ towards
             distance = float(self._rng.uniform(*cfg.distance))
             if np.any(np.abs(pos + direction * distance - np.asarray(WORKSPACE_CENTER)) > cfg.workspace_half):
                 return None
             return tip[:2].copy(), tip[:2] + direction * distance
         distance = float(self._rng.uniform(*cfg.distance))
         for _ in range(cfg.turns):  # headings about the line to the T's centre (it keeps contact), drawn until
-            direction = _turned(towards, self._rng.uniform(-cfg.turn, cfg.turn))  # one keeps the T in the workspace
+            direction = planar_rotation(self._rng.uniform(-cfg.turn, cfg.turn)) @ towards  # one keeps the T inside
             room = _room(pos - np.asarray(WORKSPACE_CENTER), direction, cfg.workspace_half)
             if room >= cfg.distance[0]:
                 return tip[:2].copy(), tip[:2] + direction * min(distance, room)
@@ -373,8 +375,7 @@ class RandomPushes:
         side (mostly one near the tip at (2,) m) and contact whose push keeps the T's centre in the workspace
         (else the one ending nearest the workspace's centre)."""
         cfg = self.config
-        c, s = math.cos(yaw), math.sin(yaw)
-        R = np.array([[c, -s], [s, c]])
+        R = planar_rotation(yaw)
         centre, best = np.asarray(WORKSPACE_CENTER), None
         order = self._rng.permutation(len(self.sides))
         if self._rng.random() < cfg.near:
@@ -462,9 +463,3 @@ def _back_off(p: np.ndarray, boxes: list[tuple[np.ndarray, np.ndarray]], out: fl
                     best = (step, p + heading * step)
                 break
     return p if best is None else best[1]
-
-
-def _turned(v: np.ndarray, angle: float) -> np.ndarray:
-    """The 2-vector `v` turned by `angle` rad."""
-    c, s = math.cos(angle), math.sin(angle)
-    return np.array([[c, -s], [s, c]]) @ v

@@ -18,14 +18,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from realissim.assets.pusht import TBlock
+from realissim.geometry import planar_rotation
 
 Footprint = Callable[[np.ndarray], np.ndarray]
 """Planar distance (...) m from body-frame points (..., 2) to the obstacle's footprint (0 inside)."""
-
-
-def _rot(yaw: float) -> np.ndarray:
-    c, s = math.cos(yaw), math.sin(yaw)
-    return np.array([[c, -s], [s, c]])
 
 
 def box_corners(block: TBlock, margin: float) -> np.ndarray:
@@ -59,7 +55,7 @@ def route_in_plane(
     """
     if not corner_margin > clearance >= 0:
         raise ValueError(f"need corner_margin > clearance >= 0, got {corner_margin}, {clearance}")
-    R = _rot(float(yaw))
+    R = planar_rotation(float(yaw))
     origin = np.asarray(xy, dtype=np.float64)[:2]
     a_B = (np.asarray(a, dtype=np.float64)[:2] - origin) @ R
     b_B = (np.asarray(b, dtype=np.float64)[:2] - origin) @ R

@@ -148,8 +148,9 @@ def run_scenario(
     sync = SyncObserver(scenario_disturbances(task, config))
     threads = config.threads or (max(1, (os.cpu_count() or 2) - 1) if config.realtime else None)
     if config.motion == "random":
-        pushes = RandomPushesConfig(seed=config.motion_seed)
-        policy = RandomPushes(task.scene, stop51_pushes(config.motion_seed) if config.pushes == "stop51" else pushes)
+        seed = config.motion_seed
+        pushes = stop51_pushes(seed) if config.pushes == "stop51" else RandomPushesConfig(seed=seed)
+        policy = RandomPushes(task.scene, pushes)
         env_config = EnvConfig(runtime=config.runtime, replan_every=policy.config.lead * policy.config.horizon
                                / policy.config.waypoints, calibrate_at=config.calibrate_at)  # fmt: skip
     else:
