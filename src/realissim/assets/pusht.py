@@ -93,6 +93,15 @@ class TBlock:
             inside |= np.all(np.abs(p - box.center) <= np.asarray(box.half) + 1e-12, axis=1)
         return inside
 
+    def distance(self, points: ArrayLike) -> np.ndarray:
+        """Planar distance (...) m from body-frame points (..., 2) to the footprint (0 inside)."""
+        p = np.asarray(points, dtype=np.float64)
+        out = np.full(p.shape[:-1], np.inf)
+        for box in self.boxes():
+            gap = np.maximum(np.abs(p - np.asarray(box.center[:2])) - np.asarray(box.half[:2]), 0.0)
+            out = np.minimum(out, np.linalg.norm(gap, axis=-1))
+        return out
+
     def spheres(self, radius: float, spacing: float | None = None) -> SphereSetSpec:
         """Spheres of one `radius` (m) filling the T, each ball inside the exact shape.
 

@@ -110,12 +110,10 @@ class Disturber:
 
     def _gap(self, tip_xy: np.ndarray, pos: np.ndarray, yaw: float) -> float:
         """Planar gap between the rod and the object at (pos, yaw), m."""
-        from realissim.expert.pusht import footprint_distance
-
         c, s = math.cos(yaw), math.sin(yaw)
         d = tip_xy - pos[:2]
         body = np.array([c * d[0] + s * d[1], -s * d[0] + c * d[1]])
-        return float(footprint_distance(body, T_BLOCK)) - self._rod
+        return float(T_BLOCK.distance(body)) - self._rod
 
     def _disturb(self, observation: Observation) -> bool:
         """Move the object if it is at rest and clear of the rod; whether it was moved."""

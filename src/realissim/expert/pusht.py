@@ -139,12 +139,8 @@ def t_keypoints(block: TBlock) -> np.ndarray:
 
 
 def footprint_distance(points_B: np.ndarray, block: TBlock) -> np.ndarray:
-    """Planar distance (...) m from body-frame points (..., 2) to the T's footprint (0 inside)."""
-    out = np.full(points_B.shape[:-1], np.inf)
-    for box in block.boxes():
-        gap = np.maximum(np.abs(points_B - np.asarray(box.center[:2])) - np.asarray(box.half[:2]), 0.0)
-        out = np.minimum(out, np.linalg.norm(gap, axis=-1))
-    return out
+    """Planar distance (...) m from body-frame points (..., 2) to the T's footprint (0 inside): `TBlock.distance`."""
+    return block.distance(points_B)
 
 
 def _rot(yaw: np.ndarray) -> np.ndarray:

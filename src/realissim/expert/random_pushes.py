@@ -20,6 +20,7 @@ Used by the contact-rich sync scenario; a test motion, not an expert (it does no
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -28,11 +29,14 @@ import numpy as np
 
 from realissim.assets import panda
 from realissim.assets.pusht import WORKSPACE_CENTER, TBlock
+from realissim.expert.routing import route_in_plane
 from realissim.expert.scripted import joint_trajectory, sample_path
 from realissim.geometry import planar_rotation, quat_yaw
 from realissim.policy.base import ActionChunk, Observation
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,14 @@ class RandomPushesConfig:
     at least the shortest push remains); False: it is not taken (stops 35–51)."""
     reach: float = 0.13
     """A push goes on only while the tip is within this of the T's centre, m (still at its side)."""
+    arm_reach: tuple[float, float] | None = (0.2, 0.78)
+    """Planar distances from the robot's base the tip pushes and travels within, m: a contact whose approach point,
+    or a continued push whose end, lies outside is not drawn, and the way round the T keeps inside. None: anywhere
+    (stops 35–52)."""
+    base_clear: float | None = 0.35
+    """Pushes keep the T's predicted centre at least this far from the robot's base, m (within the workspace square
+    too). Near the base the arm folds and cannot push the T back: the tip dwelt there for seconds, and a T there
+    could only be pushed closer. None: the square alone (stops 35–52)."""
     near: float = 0.75
     """Probability of pushing next on one of the 3 sides nearest the tip (short travel keeps the T moving)."""
     candidates: int = 4
@@ -90,6 +102,9 @@ class RandomPushesConfig:
     """A push from a new side keeps the T's predicted centre within this half-size of the workspace square, m
     (smaller than `workspace_half`: new pushes bring the T back towards the middle, where continued pushes have
     room)."""
+    predict: bool = True
+    """A push planned ahead (appended to the one still pushing) is planned for where the T will be when that push
+    ends: moved with the tip's remaining travel. False: for where the T is (stops 35–52)."""
     closed_loop: bool = True
     """Each re-plan checks the plan against what is observed: its clock waits for an arm that falls more than
     `resync` behind it, and a push is dropped (the next planned from the arm's joints) when the T moves more than
@@ -121,7 +136,7 @@ def stop51_pushes(seed: int = 0) -> RandomPushesConfig:
     its own clock), one draw per push, faster and shorter pushes, new pushes anywhere in the workspace."""
     return RandomPushesConfig(seed=seed, travel="lift", through=False, closed_loop=False, candidates=1, tries=1,
                               speed=(0.1, 0.35), distance=(0.06, 0.18), approach_gap=0.02, aim_half=0.22,
-                              shorten=False)  # fmt: skip
+                              shorten=False, arm_reach=None, base_clear=None, predict=False)  # fmt: skip
 
 
 def t_sides(block: TBlock) -> list[tuple[np.ndarray, np.ndarray, float]]:
@@ -149,10 +164,10 @@ class RandomPushes:
     def __init__(self, scene: SceneSpec, config: RandomPushesConfig = RandomPushesConfig()) -> None:
         self.scene, self.config = scene, config
         self.ik = PusherIK(scene)
-        self.sides = t_sides(TBlock())
-        self.boxes = [(np.asarray(b.center[:2]), np.asarray(b.half[:2])) for b in TBlock().boxes()]
-        """The T's bar and stem in its body frame: (centre (2,), half-size (2,)) m."""
+        self.block = TBlock()
+        self.sides = t_sides(self.block)
         self.rod = scene.robot.pusher.radius if scene.robot.pusher else 0.0
+        self.base = np.asarray(scene.robot.base.pos[:2], dtype=np.float64)
         self._rng = np.random.default_rng(config.seed)
         self._plan: np.ndarray | None = None
         self._t0 = 0.0
@@ -176,12 +191,13 @@ class RandomPushes:
         if cfg.closed_loop:
             k0 = self._follow(observation, q, t, k0)
         if len(self._plan) - 1 - k0 < cfg.lead:  # the push is nearly done: plan the next one after it
-            push, push_from = self._push(observation, self._plan[-1])
+            pos, yaw = _planar(observation)
+            if cfg.predict:
+                pos = self._predict(pos, yaw, k0)
+            push, push_from = self._push(pos, yaw, self._plan[-1])
+            first = len(self._plan) - 1  # the push's first waypoint is the plan's last
             self._plan = np.concatenate([self._plan, push[1:]])
-            # Known defect (stop 52, measured as is): the offset should be the old length − 1. With this one an
-            # appended push's travel is checked as if pushing (the tip more than `lost` off the T drops it, e.g.
-            # at a corner of the way round), not for a moved T; pushes planned afresh are checked as documented.
-            self._meta = self._meta_of(observation, len(self._plan), push_from)
+            self._meta = (first, pos, yaw, first + push_from)
         idx = np.minimum(k0 + np.arange(1, cfg.waypoints + 1), len(self._plan) - 1)
         progress = np.zeros(cfg.waypoints)  # a test motion: no task progress to report
         return ActionChunk(self._plan[idx], progress, cfg.horizon)
@@ -194,16 +210,21 @@ class RandomPushes:
 
     def _start_plan(self, observation: Observation, q: np.ndarray, t: float) -> None:
         """A new plan from the arm's joints `q` (J,) at time `t` s, for the observed T."""
-        (self._plan, push_from), self._t0 = self._push(observation, q), t
-        self._meta = self._meta_of(observation, 0, push_from)
+        pos, yaw = _planar(observation)
+        (self._plan, push_from), self._t0 = self._push(pos, yaw, q), t
+        self._meta = (0, pos, yaw, push_from)
         self._progress = (-1, t)
 
-    def _meta_of(self, observation: Observation, offset: int, push_from: int) -> tuple[int, np.ndarray, float, int]:
-        """What the closed loop needs of the latest push, given its first waypoint's index `offset` in the plan and
-        its pushing leg's start `push_from` within it: (that first index, the T's planar position (2,) m and yaw rad
-        it was planned for, the pushing leg's start in the plan)."""
-        pos = np.asarray(observation.object_pos[0][:2], dtype=np.float64).copy()
-        return offset, pos, quat_yaw(np.asarray(observation.object_quat[0])), offset + push_from
+    def _predict(self, pos: np.ndarray, yaw: float, k0: int) -> np.ndarray:
+        """Where the T at `pos` (2,) m, `yaw` rad will be when the plan ends, from plan index `k0` on: moved with the
+        tip's remaining planar travel if the tip is pushing it (past its push's start and at the T), else where it
+        is."""
+        assert self._plan is not None
+        tip = self.ik.tip_position(self._plan[k0])
+        at_t = float(self.block.distance(planar_rotation(yaw).T @ (tip[:2] - pos))) <= self.rod + 0.005
+        if k0 < self._meta[3] or not at_t:
+            return pos
+        return pos + (self.ik.tip_position(self._plan[-1]) - tip)[:2]
 
     def _follow(self, observation: Observation, q: np.ndarray, t: float, k0: int) -> int:
         """The closed loop, each re-plan: the plan's clock waits for an arm that falls behind it (held back by the
@@ -224,44 +245,53 @@ class RandomPushes:
             self._progress = (k0, t)
         stalled = t - self._progress[1] > cfg.stall  # the arm has not moved along the plan for a while
         first, pos0, yaw0, push_from = self._meta
-        pos = np.asarray(observation.object_pos[0][:2], dtype=np.float64)
-        yaw = quat_yaw(np.asarray(observation.object_quat[0]))
+        pos, yaw = _planar(observation)
         left = len(self._plan) - 1 - k0
         if first <= k0 < push_from:  # travelling: the T must still be where the push was planned for
             turned = abs(math.remainder(yaw - yaw0, math.tau))
             stale = np.linalg.norm(pos - pos0) > cfg.stale or turned > math.radians(cfg.stale_deg)
         else:  # pushing: the tip must still be at the T
             body = planar_rotation(yaw).T @ (tip[:2] - pos)
-            stale = _nearest(body, self.boxes)[1] > self.rod + cfg.lost
+            stale = float(self.block.distance(body)) > self.rod + cfg.lost
         if (stale or stalled) and left > cfg.lead:
+            why = "stalled" if stalled else "T moved" if first <= k0 < push_from else "lost the T"
+            log.debug("t=%.2f s: push dropped (%s), planned afresh", t, why)
             self._replans += 1
             self._start_plan(observation, q, t)
             return 0
         return k0
 
-    def _push(self, observation: Observation, q_from: np.ndarray) -> tuple[np.ndarray, int]:
-        """Joint waypoints (L, J), one every H/m s, the first at `q_from`: one push of the observed T; and the
-        waypoint where its pushing leg starts (after the travel there). With
-        `tries` > 1, a push the arm cannot follow closely (its joints needing more than `slack` of the tip's time,
-        or the tip missing its path by more than 1 cm: a joint limit or an arm reconfiguring) is drawn again; the
-        last draw is kept if none fits."""
+    def _push(self, pos: np.ndarray, yaw: float, q_from: np.ndarray) -> tuple[np.ndarray, int]:
+        """Joint waypoints (L, J), one every H/m s, the first at `q_from`: one push of the T at `pos` (2,) m, `yaw`
+        rad; and the
+        waypoint where its pushing leg starts (after the travel there). With `tries` > 1, a push the arm cannot
+        follow closely (its joints needing more than `slack` of the tip's time, or the tip missing its path by more
+        than 1 cm: a joint limit or an arm reconfiguring) is drawn again; if none fits, the draw the arm follows
+        best is kept."""
         cfg = self.config
-        pos, yaw = np.asarray(observation.object_pos[0][:2]), quat_yaw(np.asarray(observation.object_quat[0]))
         tip = self.ik.tip_position(q_from)
+        step = cfg.horizon / cfg.waypoints
+        best: tuple[float, np.ndarray, int] | None = None
         for attempt in range(cfg.tries):
             tips, travel = self._tip_path(pos, yaw, tip, continued=attempt == 0)
-            step = cfg.horizon / cfg.waypoints
             joints = joint_trajectory(self.ik, tips, q_from, panda.VELOCITY_LIMIT, step, strict=False)
-            if len(joints) <= cfg.slack * len(tips) + 4 and self._follows(joints, tips):
+            slow = max(0.0, len(joints) - cfg.slack * len(tips) - 4) / max(len(tips), 1)
+            miss = max(0.0, self._miss(joints, tips) - 0.01) / 0.01
+            pushing_from = round(travel * len(joints) / max(len(tips), 1))
+            if best is None or slow + miss < best[0]:
+                best = (slow + miss, joints, pushing_from)
+            if slow + miss == 0.0:
                 break
-        return np.concatenate([q_from[None], joints]), round(travel * len(joints) / max(len(tips), 1))
+        assert best is not None
+        return np.concatenate([q_from[None], best[1]]), best[2]
 
-    def _follows(self, joints: np.ndarray, tips: np.ndarray) -> bool:
-        """Whether the joint waypoints (T, J) reach the tip path's (N, 3) end and points along it within 1 cm."""
+    def _miss(self, joints: np.ndarray, tips: np.ndarray) -> float:
+        """How far (m) the joint waypoints (T, J) leave the tip path (N, 3): at its end, and at points along it when
+        they keep its time."""
         ends = [self.ik.tip_position(joints[-1]) - tips[-1]]
         if len(joints) == len(tips):
             ends += [self.ik.tip_position(joints[k]) - tips[k] for k in range(0, len(tips), 4)]
-        return max(float(np.linalg.norm(e)) for e in ends) <= 0.01
+        return max(float(np.linalg.norm(e)) for e in ends)
 
     def _tip_path(self, pos: np.ndarray, yaw: float, tip: np.ndarray, continued: bool) -> tuple[np.ndarray, int]:
         """Tip positions (N, 3) m, one every H/m s, from `tip` (3,): the travel to a push of the T at `pos`, `yaw`
@@ -277,13 +307,13 @@ class RandomPushes:
             R = planar_rotation(yaw)
             backed = None  # where the tip backs off to, in the T's frame: the same for every draw
             if cfg.travel == "around" and tip[2] <= cfg.push_height + 0.01:
-                backed = _back_off(R.T @ (tip[:2] - pos), self.boxes, self.rod + cfg.approach_gap)
+                backed = _back_off(R.T @ (tip[:2] - pos), self.block, self.rod + cfg.approach_gap)
             best: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
             for _ in range(cfg.candidates):  # the draw with the shortest way there
                 contact, inward, distance = self._choose(pos, yaw, tip[:2])
                 start = contact - inward * (self.rod + cfg.approach_gap)
                 end = contact - inward * self.rod + inward * distance
-                around = None if backed is None else self._around(pos, R, tip, backed, start)
+                around = None if backed is None else self._around(pos, yaw, tip, backed, start)
                 if around is not None:
                     travel = np.array([[*p, z] for p in around])
                     travel[0] = tip
@@ -303,49 +333,38 @@ class RandomPushes:
         return np.concatenate([way, pushing]), len(way)
 
     def _around(
-        self, pos: np.ndarray, R: np.ndarray, tip: np.ndarray, backed: np.ndarray, start: np.ndarray
+        self, pos: np.ndarray, yaw: float, tip: np.ndarray, backed: np.ndarray, start: np.ndarray
     ) -> list[np.ndarray] | None:
-        """The tip's way at pushing height from `tip` (3,) m to the push's `start` (2,) m round the T at `pos` (2,),
-        turned by `R` (2, 2): back off to `backed` (2,) in the T's frame (`approach_gap` from it), then the shortest
-        path through the corners of the T's outline pushed out by rod + `approach_gap`, each leg clear of the T by
-        the rod and half the gap. Points (2,) m in the world, the first the tip's own; None if there is no clear way
-        (the caller lifts instead)."""
+        """The tip's way at pushing height from `tip` (3,) m to the push's `start` (2,) m round the T at `pos` (2,) m,
+        `yaw` rad: back off to `backed` (2,) in the T's frame (`approach_gap` from it), then the shortest route through
+        the corners of the T's boxes inflated by rod + `approach_gap` (`expert.routing.route_in_plane`), each leg clear
+        of the T by the rod and half the gap. Points (2,) m in the world, the first the tip's own; None if there is no
+        clear way (the caller lifts instead)."""
         cfg = self.config
         out, check = self.rod + cfg.approach_gap, self.rod + 0.5 * cfg.approach_gap
-        b = R.T @ (start - pos)
-        nodes = [backed, b, *self.corners(out)]
-        if _inside(backed, self.boxes, check) or _inside(b, self.boxes, check):
+        R = planar_rotation(yaw)
+        if min(self.block.distance(backed), self.block.distance(R.T @ (start - pos))) < check:
             return None
-        n = len(nodes)
-        cost = np.full(n, math.inf)
-        prev = [-1] * n
-        cost[0], done = 0.0, np.zeros(n, dtype=bool)
-        while True:  # Dijkstra over the few corners
-            open_ = np.where(~done, cost, math.inf)
-            i = int(np.argmin(open_))
-            if not math.isfinite(open_[i]) or i == 1:
-                break
-            done[i] = True
-            for j in range(n):
-                if not done[j] and _clear(nodes[i], nodes[j], self.boxes, check):
-                    d = cost[i] + float(np.linalg.norm(nodes[j] - nodes[i]))
-                    if d < cost[j]:
-                        cost[j], prev[j] = d, i
-        if not math.isfinite(cost[1]):
+        a = pos + R @ backed
+        ends = np.stack([a, start])
+        route = route_in_plane(a, start, pos, yaw, self.block, self.block.distance, check, out,
+                               allowed=lambda p: self._reachable(p, ends))  # fmt: skip
+        if route is None:
             return None
-        path, i = [], 1
-        while i != -1:
-            path.append(pos + R @ nodes[i])
-            i = prev[i]
-        path.reverse()
-        return [tip[:2].copy(), *(p for p in path if np.linalg.norm(p - path[0]) > 1e-4 or p is path[0])]
+        return [tip[:2].copy(), route[0], *(p for p in route[1:] if np.linalg.norm(p - route[0]) > 1e-4)]
 
-    def corners(self, out: float) -> list[np.ndarray]:
-        """The T outline's convex corners pushed out diagonally by `out` m (body frame, (2,) each): the bar's 4,
-        the stem's 2 free ones."""
-        (bc, bh), (sc, sh) = self.boxes
-        pts = [bc + np.array([i * bh[0], j * bh[1]]) + out * np.array([i, j]) for i in (-1, 1) for j in (-1, 1)]
-        return pts + [sc + np.array([i * sh[0], -sh[1]]) + out * np.array([i, -1]) for i in (-1, 1)]
+    def _reachable(self, points: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
+        """(N,) bool: whether planar points (N, 2) m lie within `arm_reach` of the base (widened to take in `ends`
+        (K, 2), a route's own ends); all True without a reach."""
+        points = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+        if self.config.arm_reach is None:
+            return np.ones(len(points), dtype=bool)
+        lo, hi = self.config.arm_reach
+        if ends is not None:
+            r_ends = np.linalg.norm(np.asarray(ends).reshape(-1, 2) - self.base, axis=-1)
+            lo, hi = min(lo, *r_ends) - 1e-3, max(hi, *r_ends) + 1e-3
+        r = np.linalg.norm(points - self.base, axis=-1)
+        return (r >= lo) & (r <= hi)
 
     def _continued(self, pos: np.ndarray, tip: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """(start, end) (2,) m of a push going on from the tip at (3,) m in a turned direction, or None (drawn
@@ -366,8 +385,11 @@ class RandomPushes:
         for _ in range(cfg.turns):  # headings about the line to the T's centre (it keeps contact), drawn until
             direction = planar_rotation(self._rng.uniform(-cfg.turn, cfg.turn)) @ towards  # one keeps the T inside
             room = _room(pos - np.asarray(WORKSPACE_CENTER), direction, cfg.workspace_half)
-            if room >= cfg.distance[0]:
-                return tip[:2].copy(), tip[:2] + direction * min(distance, room)
+            if cfg.base_clear is not None:
+                room = min(room, _room_outside(pos - self.base, direction, cfg.base_clear))
+            end = tip[:2] + direction * min(distance, room)
+            if room >= cfg.distance[0] and self._reachable(end)[0]:
+                return tip[:2].copy(), end
         return None
 
     def _choose(self, pos: np.ndarray, yaw: float, tip: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
@@ -390,49 +412,35 @@ class RandomPushes:
             inward = -(R @ normal)
             distance = float(self._rng.uniform(*cfg.distance))
             predicted = pos + inward * distance
-            if np.all(np.abs(predicted - centre) <= cfg.aim_half):
+            reachable = self._reachable(contact - inward * (self.rod + cfg.approach_gap))[0]
+            clear = cfg.base_clear is None or float(np.linalg.norm(predicted - self.base)) >= cfg.base_clear
+            if reachable and clear and np.all(np.abs(predicted - centre) <= cfg.aim_half):
                 return contact, inward, distance
-            score = float(np.linalg.norm(predicted - centre))
+            score = float(np.linalg.norm(predicted - centre)) + (0.0 if reachable and clear else 1.0)
             if best is None or score < best[0]:
                 best = (score, contact, inward, distance)
         assert best is not None
         return best[1], best[2], best[3]
 
 
-def _nearest(p: np.ndarray, boxes: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, float]:
-    """The point of the boxes' union nearest `p` (2,) (all in one frame, m) and its distance (0 inside)."""
-    best: tuple[np.ndarray, float] | None = None
-    for centre, half in boxes:
-        q = centre + np.clip(p - centre, -half, half)
-        d = float(np.linalg.norm(p - q))
-        if best is None or d < best[1]:
-            best = (q, d)
-    assert best is not None
-    return best
+def _room_outside(p: np.ndarray, direction: np.ndarray, radius: float) -> float:
+    """How far (m) a point `p` (2,) can go along the unit `direction` (2,) before coming within `radius` m of the
+    origin (0 if it is already within)."""
+    w = float(np.dot(p, p)) - radius * radius
+    if w < 0:
+        return 0.0
+    b = float(np.dot(p, direction))
+    disc = b * b - w
+    if b >= 0 or disc < 0:  # heading away, or passing clear
+        return math.inf
+    return -b - math.sqrt(disc)
 
 
-def _inside(p: np.ndarray, boxes: list[tuple[np.ndarray, np.ndarray]], margin: float) -> bool:
-    """Whether `p` (2,) lies within `margin` m of a box (the boxes grown by `margin`, square corners)."""
-    return any(bool(np.all(np.abs(p - c) < h + margin)) for c, h in boxes)
-
-
-def _clear(a: np.ndarray, b: np.ndarray, boxes: list[tuple[np.ndarray, np.ndarray]], margin: float) -> bool:
-    """Whether the segment a→b ((2,) each, m) stays out of every box grown by `margin` m (slab test)."""
-    d = b - a
-    for centre, half in boxes:
-        lo, hi = centre - half - margin, centre + half + margin
-        t0, t1 = 0.0, 1.0
-        for k in range(2):
-            if abs(d[k]) < 1e-12:
-                if not lo[k] < a[k] < hi[k]:
-                    t0, t1 = 1.0, 0.0
-                    break
-                continue
-            u, v = (lo[k] - a[k]) / d[k], (hi[k] - a[k]) / d[k]
-            t0, t1 = max(t0, min(u, v)), min(t1, max(u, v))
-        if t0 < t1 - 1e-9:
-            return False
-    return True
+def _planar(observation: Observation) -> tuple[np.ndarray, float]:
+    """The observed T's planar position (2,) m and yaw rad (world frame)."""
+    return np.asarray(observation.object_pos[0][:2], dtype=np.float64).copy(), quat_yaw(
+        np.asarray(observation.object_quat[0])
+    )
 
 
 def _room(p: np.ndarray, direction: np.ndarray, half: float) -> float:
@@ -444,22 +452,25 @@ def _room(p: np.ndarray, direction: np.ndarray, half: float) -> float:
     return float(min(steps)) if steps else math.inf
 
 
-def _back_off(p: np.ndarray, boxes: list[tuple[np.ndarray, np.ndarray]], out: float) -> np.ndarray:
-    """Where a tip at `p` (2,) (beside the boxes, or inside them: the T not where a push expected it) gets out to
-    `out` m from them by the shortest straight move (16 headings, 5 mm steps; `p` itself if already there)."""
-    near, gap = _nearest(p, boxes)
+def _back_off(p: np.ndarray, block: TBlock, out: float) -> np.ndarray:
+    """Where a tip at `p` (2,) in the T's frame (beside it, or inside it: the T not where a push expected it) gets
+    out to `out` m from it by the shortest straight move: straight away from the nearest point of the T when that
+    works, else the shortest of 16 headings in 5 mm steps (`p` itself if already there)."""
+    gap = float(block.distance(p))
     if gap >= out - 1e-9:
         return p
     if gap > 1e-9:
-        backed = p + (p - near) / gap * (out - gap)
-        if _nearest(backed, boxes)[1] >= out - 1e-6:
+        eps = 1e-5  # outside, the distance's gradient points straight away from the nearest point
+        grad = np.array([block.distance(p + d) - block.distance(p - d) for d in np.eye(2) * eps]) / (2 * eps)
+        backed = p + grad / max(float(np.linalg.norm(grad)), 1e-12) * (out - gap)
+        if block.distance(backed) >= out - 1e-6:
             return backed
-    best = None
-    for angle in np.linspace(0.0, math.tau, 16, endpoint=False):
-        heading = np.array([math.cos(angle), math.sin(angle)])
-        for step in np.arange(0.005, 0.3, 0.005):
-            if _nearest(p + heading * step, boxes)[1] >= out:
-                if best is None or step < best[0]:
-                    best = (step, p + heading * step)
-                break
-    return p if best is None else best[1]
+    angles = np.linspace(0.0, math.tau, 16, endpoint=False)
+    steps = np.arange(0.005, 0.3, 0.005)
+    headings = np.stack([np.cos(angles), np.sin(angles)], axis=-1)
+    points = p + steps[:, None, None] * headings[None]  # (steps, headings, 2)
+    ok = block.distance(points) >= out
+    if not ok.any():
+        return p
+    first = np.where(ok.any(axis=1))[0][0]  # the shortest step some heading clears
+    return points[first, int(np.argmax(ok[first]))]

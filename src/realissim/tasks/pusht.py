@@ -286,12 +286,6 @@ def push_points(block: TBlock, margin: float) -> np.ndarray:
     )
 
 
-def _footprint_distance(point_B: np.ndarray, block: TBlock) -> float:
-    """Planar distance (m) from a body-frame point (2,) to the T's footprint (0 inside)."""
-    gaps = [np.maximum(np.abs(point_B - np.asarray(b.center[:2])) - np.asarray(b.half[:2]), 0.0) for b in block.boxes()]
-    return float(min(np.linalg.norm(gap) for gap in gaps))
-
-
 class PushTTask(Task[PushTTaskConfig]):
     """PushT: the T-block from a start pose onto `GOAL_POSE`, judged by exact coverage.
 
@@ -410,7 +404,7 @@ class PushTTask(Task[PushTTaskConfig]):
             return False
         c, s = math.cos(heading), math.sin(heading)
         d = self.home_tip[:2] - np.asarray(pos)[:2]
-        return _footprint_distance(np.array([c * d[0] + s * d[1], -s * d[0] + c * d[1]]), T_BLOCK) < radius
+        return float(T_BLOCK.distance(np.array([c * d[0] + s * d[1], -s * d[0] + c * d[1]]))) < radius
 
 
 @dataclass(frozen=True)
