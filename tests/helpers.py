@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -87,3 +88,31 @@ class HoldStillFactory:
 
     def __call__(self, task: Task, envs: int) -> HoldStill:
         return HoldStill(self.claim)
+
+
+def proc_stat(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and parent pid (from /proc), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def alive(pid: int) -> bool:
+    return (stat := proc_stat(pid)) is not None and stat[0] != "Z"
+
+
+def descendants(pid: int) -> set[int]:
+    """Live processes below `pid` (zombies left out), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        if (stat := proc_stat(int(entry))) is not None and stat[0] != "Z":
+            parents.setdefault(stat[1], []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from helpers import HoldStill, HoldStillFactory, near_goal_starts
+from helpers import HoldStill, HoldStillFactory, alive, descendants, near_goal_starts
 from realissim.envs import EnvConfig
 from realissim.envs.env import FrameInfo
 from realissim.eval.episode import EpisodeObserver
@@ -183,34 +183,6 @@ def test_the_online_environment_checks_alarms_unless_told_not_to() -> None:
     assert online_env_config(alarm_check=False).runtime.alarm_check is None
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """A process's state letter and parent pid (from /proc), or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return fields[0], int(fields[1])
-
-
-def _alive(pid: int) -> bool:
-    return (stat := _stat(pid)) is not None and stat[0] != "Z"
-
-
-def _descendants(pid: int) -> set[int]:
-    """Live processes below `pid` (zombies left out)."""
-    parents: dict[int, list[int]] = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        if (stat := _stat(int(entry))) is not None and stat[0] != "Z":
-            parents.setdefault(stat[1], []).append(int(entry))
-    found, todo = set(), [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
 def test_a_terminated_parallel_evaluation_ends_its_workers(tmp_path) -> None:
     """SIGTERM to a parallel online evaluation ends its worker processes and their surrogates (before, they ran on
     after the parent had gone); the process exits with 143."""
@@ -233,7 +205,7 @@ evaluate_online(task, HoldStillFactory(), starts, 4, 60.0, EnvConfig(calibrate="
     child = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 120
-        while len(below := _descendants(child.pid)) < 4 and time.monotonic() < deadline:  # 2 workers, 2 surrogates
+        while len(below := descendants(child.pid)) < 4 and time.monotonic() < deadline:  # 2 workers, 2 surrogates
             assert child.poll() is None, "the evaluation ended before its workers were up"
             time.sleep(0.5)
         assert len(below) >= 4, below
@@ -241,9 +213,9 @@ evaluate_online(task, HoldStillFactory(), starts, 4, 60.0, EnvConfig(calibrate="
         child.send_signal(signal.SIGTERM)
         assert child.wait(timeout=60) == 143
         deadline = time.monotonic() + 30
-        while any(_alive(p) for p in below) and time.monotonic() < deadline:
+        while any(alive(p) for p in below) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert not any(_alive(p) for p in below), "worker processes outlived the terminated evaluation"
+        assert not any(alive(p) for p in below), "worker processes outlived the terminated evaluation"
     finally:
         if child.poll() is None:
             child.kill()

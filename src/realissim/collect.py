@@ -12,11 +12,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from realissim.signals import Terminated, end_processes, terminate_raises
 
 if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --help` stays fast
     from realissim.data.schema import DatasetMeta
@@ -372,39 +375,40 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
     failure: str | None = None
     bar = tqdm(total=config.episodes, desc="collect", unit="episode", disable=not config.progress)
     try:
-        with one_thread_per_pool():
-            for process in processes:
-                process.start()
-        while (writer is None or waiting) and failure is None:
-            try:
-                kind, number, payload = outbox.get(timeout=1.0)
-            except queue.Empty:
-                dead = [p for p in processes if p.exitcode not in (None, 0)]
-                if dead or all(p.exitcode is not None for p in processes):
-                    who = dead[0] if dead else processes[0]
-                    failure = f"worker {who.name} ended (exit code {who.exitcode})"
-                continue
-            if kind == "crash":
-                failure = f"worker {number} failed:\n{payload}"
-            elif kind == "meta":
-                if writer is None:  # the first worker's world describes the dataset: open it, hand out the work
-                    writer = DatasetWriter(config.out, payload)
-                    waiting = set(range(writer.next_index, writer.next_index + config.episodes))
-                    for index in sorted(waiting):
-                        inbox.put(index)
-                    for _ in range(count):
-                        inbox.put(None)
-            else:
-                index, part_index, result = payload
-                done[index] = (parts[number], part_index)
-                waiting.discard(index)
-                report.add(result)
-                bar.update()
-                bar.set_postfix(success=f"{report.successes}/{report.added}")
-                _log_episode(index, result)
-                assert writer is not None
-                while done and min(done) <= min(waiting, default=math.inf):  # the next in order: move it in
-                    writer.move_in(*done.pop(min(done)))
+        with terminate_raises():  # SIGTERM unwinds like Ctrl-C: the finished episodes are kept, the workers end
+            with one_thread_per_pool():
+                for process in processes:
+                    process.start()
+            while (writer is None or waiting) and failure is None:
+                try:
+                    kind, number, payload = outbox.get(timeout=1.0)
+                except queue.Empty:
+                    dead = [p for p in processes if p.exitcode not in (None, 0)]
+                    if dead or all(p.exitcode is not None for p in processes):
+                        who = dead[0] if dead else processes[0]
+                        failure = f"worker {who.name} ended (exit code {who.exitcode})"
+                    continue
+                if kind == "crash":
+                    failure = f"worker {number} failed:\n{payload}"
+                elif kind == "meta":
+                    if writer is None:  # the first worker's world describes the dataset: open it, hand out the work
+                        writer = DatasetWriter(config.out, payload)
+                        waiting = set(range(writer.next_index, writer.next_index + config.episodes))
+                        for index in sorted(waiting):
+                            inbox.put(index)
+                        for _ in range(count):
+                            inbox.put(None)
+                else:
+                    index, part_index, result = payload
+                    done[index] = (parts[number], part_index)
+                    waiting.discard(index)
+                    report.add(result)
+                    bar.update()
+                    bar.set_postfix(success=f"{report.successes}/{report.added}")
+                    _log_episode(index, result)
+                    assert writer is not None
+                    while done and min(done) <= min(waiting, default=math.inf):  # the next in order: move it in
+                        writer.move_in(*done.pop(min(done)))
     finally:
         bar.close()
         if writer is None and failure is None:
@@ -417,11 +421,7 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
         finally:
             if writer is not None:
                 writer.close()
-            for process in processes:
-                process.join(timeout=5.0 if failure is None else 0.0)
-                if process.is_alive():
-                    process.terminate()
-                    process.join(timeout=10.0)
+            end_processes(processes, wait=failure is None)
             for part in parts:
                 shutil.rmtree(part, ignore_errors=True)
     if failure is not None:
@@ -436,13 +436,19 @@ def _collect_worker(number: int, config: CollectConfig, part: Path, inbox: Any, 
 
     from realissim.tasks import make
 
+    parent = os.getppid()
     try:
-        task = make(config.task)
-        announce = lambda meta: outbox.put(("meta", number, meta))  # noqa: E731
-        with _recording(config, task, make_expert(task, config), part, announce) as collector:
-            while (index := inbox.get()) is not None:
-                result = collector.run(index)
-                assert collector.recorder.last is not None
-                outbox.put(("done", number, (index, collector.recorder.last.index, result)))
+        with terminate_raises():  # terminated by the parent: close the world (and its surrogate) first
+            task = make(config.task)
+            announce = lambda meta: outbox.put(("meta", number, meta))  # noqa: E731
+            with _recording(config, task, make_expert(task, config), part, announce) as collector:
+                while (index := inbox.get()) is not None:
+                    if os.getppid() != parent:
+                        return  # orphaned (the parent was killed): record nothing more
+                    result = collector.run(index)
+                    assert collector.recorder.last is not None
+                    outbox.put(("done", number, (index, collector.recorder.last.index, result)))
+    except Terminated:
+        pass  # ended by the parent
     except BaseException:
         outbox.put(("crash", number, traceback.format_exc()))

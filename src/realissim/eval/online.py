@@ -25,8 +25,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -43,7 +42,7 @@ from realissim.eval.sync.metrics import DESYNC_M, LOSS_MIN_S, detector_score
 from realissim.policy.base import Policy
 from realissim.real.surrogate import Surrogate, SurrogateConfig, SurrogateError
 from realissim.runtime import RuntimeConfig
-from realissim.signals import Terminated, terminate_raises
+from realissim.signals import Terminated, ending, terminate_raises
 from realissim.spec.state import StartState
 from realissim.tasks import Task
 
@@ -414,7 +413,7 @@ def _run_workers(
     args = (task, factory, starts, max_seconds, config, world, inbox, outbox)
     processes = [ctx.Process(target=_worker, args=(w, *args), name=f"online-eval-{w}") for w in range(count)]
     remaining = len(todo)
-    with terminate_raises(), _ending(processes, lambda: remaining == 0):
+    with terminate_raises(), ending(processes, lambda: remaining == 0):
         with one_thread_per_pool():
             for process in processes:
                 process.start()
@@ -433,21 +432,6 @@ def _run_workers(
             if kind == "done":
                 finished(OnlineEpisode.from_json(payload, starts))
                 remaining -= 1
-
-
-@contextmanager
-def _ending(processes: Sequence[Any], done: Callable[[], bool]) -> Iterator[None]:
-    """On leaving the block, however (an error, Ctrl-C, SIGTERM within `terminate_raises`): the worker
-    `processes` join (briefly if `done()`, else at once) and any still alive are terminated."""
-    try:
-        yield
-    finally:
-        finished = done()
-        for process in (p for p in processes if p.pid is not None):  # those started
-            process.join(timeout=5.0 if finished else 0.0)
-            if process.is_alive():
-                process.terminate()
-                process.join(timeout=10.0)
 
 
 def _plain(value: object) -> object:
