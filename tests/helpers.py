@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import numpy as np
 
@@ -116,3 +117,17 @@ def descendants(pid: int) -> set[int]:
             found.add(child)
             todo.append(child)
     return found
+
+
+def terminate_and_check(child: Any, below: set[int]) -> None:
+    """SIGTERM to the `subprocess.Popen` `child`; asserts that it exits with 143 and that the processes `below` it
+    (pids) are gone within 30 s."""
+    import signal
+    import time
+
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=60) == 143
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in below) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not any(alive(p) for p in below), "worker processes outlived their terminated parent"

@@ -121,16 +121,15 @@ def test_a_parallel_collection_whose_worker_dies_keeps_the_finished_episodes(tmp
 def test_a_terminated_parallel_collection_keeps_its_finished_episodes_and_ends_its_workers(tmp_path: Path) -> None:
     """SIGTERM to `realissim collect --workers 2`: the process exits with 143, its workers end with it, and the
     episodes finished before are in the dataset, in order (before, the workers ran on and nothing was moved in)."""
-    import signal
     import subprocess
     import sys
     import time
 
-    from helpers import alive, descendants
+    from helpers import descendants, terminate_and_check
 
     out = tmp_path / "demos"
     command = [sys.executable, "-m", "realissim.cli", "collect", "--out", str(out), "--episodes", "8", "--workers", "2",
-               "--max-seconds", "60", "--seed", "11", "--no-progress"]  # fmt: skip
+               "--max-seconds", "4", "--seed", "11", "--no-progress"]  # fmt: skip
     child = subprocess.Popen(command, cwd=tmp_path)
     try:
         deadline, below = time.monotonic() + 300, set()
@@ -140,12 +139,7 @@ def test_a_terminated_parallel_collection_keeps_its_finished_episodes_and_ends_i
             time.sleep(0.2)
         below |= descendants(child.pid)
         assert len(below) >= 2, below  # the two workers (and the spawn's resource tracker)
-        child.send_signal(signal.SIGTERM)
-        assert child.wait(timeout=60) == 143
-        deadline = time.monotonic() + 30
-        while any(alive(p) for p in below) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not any(alive(p) for p in below), "worker processes outlived the terminated collection"
+        terminate_and_check(child, below)
     finally:
         if child.poll() is None:
             child.kill()

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from helpers import HoldStill, HoldStillFactory, alive, descendants, near_goal_starts
+from helpers import HoldStill, HoldStillFactory, descendants, near_goal_starts, terminate_and_check
 from realissim.envs import EnvConfig
 from realissim.envs.env import FrameInfo
 from realissim.eval.episode import EpisodeObserver
@@ -210,12 +210,7 @@ evaluate_online(task, HoldStillFactory(), starts, 4, 60.0, EnvConfig(calibrate="
             time.sleep(0.5)
         assert len(below) >= 4, below
         time.sleep(2.0)  # episodes under way
-        child.send_signal(signal.SIGTERM)
-        assert child.wait(timeout=60) == 143
-        deadline = time.monotonic() + 30
-        while any(alive(p) for p in below) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not any(alive(p) for p in below), "worker processes outlived the terminated evaluation"
+        terminate_and_check(child, below)
     finally:
         if child.poll() is None:
             child.kill()

@@ -7,8 +7,9 @@ height to behind the contact (the shortest way clear of the T; of a few draws, t
 then pushes along the side's inward normal — or, often, goes on pushing from where it is towards the T's
 centre, turned a little. Pushes from a new side bring the T's centre back towards the middle of the workspace;
 pushes that go on may take it to the edges. A push the arm cannot follow closely (a joint limit, an arm
-reconfiguring) is drawn again. The next push is planned shortly before the current one ends (with the
-environment re-planning every `lead`·H/m s), so the pusher does not idle.
+reconfiguring) is drawn again, and pushes keep the T clear of the robot's base, where the folded arm cannot push it
+back. The next push is planned shortly before the current one ends (with the environment re-planning every
+`lead`·H/m s), for where the current push will leave the T, so the pusher does not idle.
 
 Closed loop (`closed_loop`, the default): online the real arm follows the twin's, and the lead bound holds the
 twin arm back, so a plan on its own clock runs ahead of the arm — by 15 cm, pushing where the T no longer is.
@@ -263,10 +264,9 @@ class RandomPushes:
 
     def _push(self, pos: np.ndarray, yaw: float, q_from: np.ndarray) -> tuple[np.ndarray, int]:
         """Joint waypoints (L, J), one every H/m s, the first at `q_from`: one push of the T at `pos` (2,) m, `yaw`
-        rad; and the
-        waypoint where its pushing leg starts (after the travel there). With `tries` > 1, a push the arm cannot
-        follow closely (its joints needing more than `slack` of the tip's time, or the tip missing its path by more
-        than 1 cm: a joint limit or an arm reconfiguring) is drawn again; if none fits, the draw the arm follows
+        rad; and the waypoint where its pushing leg starts (after the travel there). With `tries` > 1, a push the arm
+        cannot follow closely (its joints needing more than `slack` of the tip's time, or the tip missing its path by
+        more than 1 cm: a joint limit or an arm reconfiguring) is drawn again; if none fits, the draw the arm follows
         best is kept."""
         cfg = self.config
         tip = self.ik.tip_position(q_from)
