@@ -101,7 +101,17 @@ def proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[1])
 
 
+def cmdline(pid: int) -> bytes:
+    """A process's command line (its arguments joined by NUL bytes), b"" if it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def alive(pid: int) -> bool:
+    """Whether the process `pid` runs (exists and is not a zombie)."""
     return (stat := proc_stat(pid)) is not None and stat[0] != "Z"
 
 

@@ -125,20 +125,20 @@ def test_a_terminated_parallel_collection_keeps_its_finished_episodes_and_ends_i
     import sys
     import time
 
-    from helpers import descendants, terminate_and_check
+    from helpers import cmdline, descendants, terminate_and_check
 
     out = tmp_path / "demos"
     command = [sys.executable, "-m", "realissim.cli", "collect", "--out", str(out), "--episodes", "8", "--workers", "2",
                "--max-seconds", "4", "--seed", "11", "--no-progress"]  # fmt: skip
     child = subprocess.Popen(command, cwd=tmp_path)
     try:
-        deadline, below = time.monotonic() + 300, set()
+        deadline = time.monotonic() + 300
         while not (out / "episodes" / "000000").exists() and time.monotonic() < deadline:
             assert child.poll() is None, "the collection ended before its first episode was in"
-            below |= descendants(child.pid)
             time.sleep(0.2)
-        below |= descendants(child.pid)
-        assert len(below) >= 2, below  # the two workers (and the spawn's resource tracker)
+        below = descendants(child.pid)
+        workers = [p for p in below if b"spawn_main" in cmdline(p)]
+        assert len(workers) == 2, below  # both workers up (beside the spawn's resource tracker)
         terminate_and_check(child, below)
     finally:
         if child.poll() is None:

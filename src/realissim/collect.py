@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from realissim.signals import Terminated, end_processes, terminate_raises
+from realissim.signals import Terminated, end_processes, terminate_deferred, terminate_raises
 
 if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --help` stays fast
     from realissim.data.schema import DatasetMeta
@@ -374,8 +374,8 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
     waiting: set[int] = set()
     failure: str | None = None
     bar = tqdm(total=config.episodes, desc="collect", unit="episode", disable=not config.progress)
-    try:
-        with terminate_raises():  # SIGTERM unwinds like Ctrl-C: the finished episodes are kept, the workers end
+    with terminate_raises():  # SIGTERM unwinds like Ctrl-C: the finished episodes are kept, the workers end
+        try:
             with one_thread_per_pool():
                 for process in processes:
                     process.start()
@@ -408,22 +408,26 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
                     _log_episode(index, result)
                     assert writer is not None
                     while done and min(done) <= min(waiting, default=math.inf):  # the next in order: move it in
-                        writer.move_in(*done.pop(min(done)))
-    finally:
-        bar.close()
-        if writer is None and failure is None:
-            for _ in range(count):  # interrupted before the work was handed out: let the workers end
-                inbox.put(None)
-        try:
-            if writer is not None:
-                for index in sorted(done):  # after a failure: keep every finished episode
-                    writer.move_in(*done[index])
+                        with terminate_deferred():  # whole or not at all
+                            writer.move_in(*done[min(done)])
+                            del done[min(done)]
         finally:
-            if writer is not None:
-                writer.close()
-            end_processes(processes, wait=failure is None)
-            for part in parts:
-                shutil.rmtree(part, ignore_errors=True)
+            with terminate_deferred():  # a second SIGTERM does not cut the cleanup short
+                bar.close()
+                if writer is None and failure is None:
+                    for _ in range(count):  # interrupted before the work was handed out: let the workers end
+                        inbox.put(None)
+                try:
+                    if writer is not None:
+                        for index in sorted(done):  # after a failure or SIGTERM: keep every finished episode
+                            writer.move_in(*done[index])
+                finally:
+                    if writer is not None:
+                        writer.close()
+                    finished = failure is None and writer is not None and not waiting
+                    end_processes(processes, wait=finished)  # interrupted: terminated at once
+                    for part in parts:
+                        shutil.rmtree(part, ignore_errors=True)
     if failure is not None:
         raise CollectError(f"{failure}; the {report.added} episodes finished are in {config.out}")
 

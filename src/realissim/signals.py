@@ -3,7 +3,8 @@ their parent.
 
 Python's default SIGTERM ends the process at once: no `finally` block runs, so worker processes it started keep
 running and files it was writing are left as they are. Within `terminate_raises`, SIGTERM raises `Terminated`
-instead, which unwinds the stack like Ctrl-C does.
+instead, which unwinds the stack like Ctrl-C does; within `terminate_deferred` (a step that must not be cut in two,
+or the cleanup itself) it waits until the block ends.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ class Terminated(SystemExit):
     """Raised by SIGTERM within `terminate_raises`; its exit code is 128 + SIGTERM (143), a shell's for it."""
 
 
+_held: dict[str, int | None] = {"depth": 0, "signal": None}
+"""`terminate_deferred`'s nesting depth, and a SIGTERM that arrived meanwhile (Python runs handlers in the main
+thread only, so this is touched by one thread)."""
+
+
 @contextmanager
 def terminate_raises() -> Iterator[None]:
     """Within the block, SIGTERM raises `Terminated` in the main thread; the previous handler is restored after.
@@ -29,6 +35,9 @@ def terminate_raises() -> Iterator[None]:
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        if _held["depth"]:
+            _held["signal"] = signum  # raised when the deferring block ends
+            return
         raise Terminated(128 + signum)
 
     before = signal.signal(signal.SIGTERM, handler)
@@ -38,21 +47,46 @@ def terminate_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
+@contextmanager
+def terminate_deferred() -> Iterator[None]:
+    """Within the block (itself within `terminate_raises`), a SIGTERM is held and raises `Terminated` when the
+    outermost such block ends without an error of its own (one that does goes on instead). For steps that must not be
+    cut in two — moving an episode into a dataset — and for cleanup that a second SIGTERM must not interrupt."""
+    _held["depth"] = int(_held["depth"] or 0) + 1
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        _held["depth"] = int(_held["depth"] or 0) - 1
+        if not _held["depth"]:
+            signum, _held["signal"] = _held["signal"], None
+            if signum is not None and not failed:
+                raise Terminated(128 + signum)
+
+
 def end_processes(processes: Sequence[Any], wait: bool) -> None:
     """The worker `processes` (`multiprocessing.Process`) that were started join (for up to 5 s each if `wait`, else
-    not waiting); any still alive are terminated and joined (10 s each)."""
-    for process in (p for p in processes if p.pid is not None):
+    not waiting); any still alive are terminated (SIGTERM) and joined for up to 10 s, and any still alive then are
+    killed (SIGKILL)."""
+    started = [p for p in processes if p.pid is not None]
+    for process in started:
         process.join(timeout=5.0 if wait else 0.0)
         if process.is_alive():
             process.terminate()
-            process.join(timeout=10.0)
+    for process in started:
+        process.join(timeout=10.0)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5.0)
 
 
 @contextmanager
 def ending(processes: Sequence[Any], done: Callable[[], bool]) -> Iterator[None]:
     """On leaving the block, however (an error, Ctrl-C, SIGTERM within `terminate_raises`): `end_processes`, waiting
-    for them only if `done()`."""
+    for them only if `done()`; a second SIGTERM waits until they are ended (`terminate_deferred`)."""
     try:
         yield
     finally:
-        end_processes(processes, wait=done())
+        with terminate_deferred():
+            end_processes(processes, wait=done())

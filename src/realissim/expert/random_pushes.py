@@ -73,11 +73,11 @@ class RandomPushesConfig:
     arm_reach: tuple[float, float] | None = (0.2, 0.78)
     """Planar distances from the robot's base the tip pushes and travels within, m: a contact whose approach point,
     or a continued push whose end, lies outside is not drawn, and the way round the T keeps inside. None: anywhere
-    (stops 35–52)."""
+    (as `stop51_pushes`)."""
     base_clear: float | None = 0.35
     """Pushes keep the T's predicted centre at least this far from the robot's base, m (within the workspace square
     too). Near the base the arm folds and cannot push the T back: the tip dwelt there for seconds, and a T there
-    could only be pushed closer. None: the square alone (stops 35–52)."""
+    could only be pushed closer. None: the square alone (as `stop51_pushes`)."""
     near: float = 0.75
     """Probability of pushing next on one of the 3 sides nearest the tip (short travel keeps the T moving)."""
     candidates: int = 4
@@ -105,7 +105,8 @@ class RandomPushesConfig:
     room)."""
     predict: bool = True
     """A push planned ahead (appended to the one still pushing) is planned for where the T will be when that push
-    ends: moved with the tip's remaining travel. False: for where the T is (stops 35–52)."""
+    ends: moved with the tip's remaining travel (not turned: a push that turns the T may be dropped at its end, the T
+    no longer where it was planned for). False: for where the T is (as `stop51_pushes`)."""
     closed_loop: bool = True
     """Each re-plan checks the plan against what is observed: its clock waits for an arm that falls more than
     `resync` behind it, and a push is dropped (the next planned from the arm's joints) when the T moves more than
@@ -130,6 +131,11 @@ class RandomPushesConfig:
     and are planned from a T pose at most that old."""
     horizon: float = 1.0
     """Chunk horizon H, s."""
+
+    def __post_init__(self) -> None:
+        if self.travel == "around" and not self.approach_gap > 0:
+            raise ValueError(f"travel='around' needs approach_gap > 0 (the way round keeps half of it), got "
+                             f"{self.approach_gap}")  # fmt: skip
 
 
 def stop51_pushes(seed: int = 0) -> RandomPushesConfig:
@@ -221,6 +227,7 @@ class RandomPushes:
         tip's remaining planar travel if the tip is pushing it (past its push's start and at the T), else where it
         is."""
         assert self._plan is not None
+        k0 = min(k0, len(self._plan) - 1)  # open loop, the plan's clock may have run past its end
         tip = self.ik.tip_position(self._plan[k0])
         at_t = float(self.block.distance(planar_rotation(yaw).T @ (tip[:2] - pos))) <= self.rod + 0.005
         if k0 < self._meta[3] or not at_t:
@@ -338,8 +345,8 @@ class RandomPushes:
         """The tip's way at pushing height from `tip` (3,) m to the push's `start` (2,) m round the T at `pos` (2,) m,
         `yaw` rad: back off to `backed` (2,) in the T's frame (`approach_gap` from it), then the shortest route through
         the corners of the T's boxes inflated by rod + `approach_gap` (`expert.routing.route_in_plane`), each leg clear
-        of the T by the rod and half the gap. Points (2,) m in the world, the first the tip's own; None if there is no
-        clear way (the caller lifts instead)."""
+        of the T by the rod and half the gap and within `arm_reach`. Points (2,) m in the world, the first the tip's
+        own; None if there is no clear way (the caller lifts instead)."""
         cfg = self.config
         out, check = self.rod + cfg.approach_gap, self.rod + 0.5 * cfg.approach_gap
         R = planar_rotation(yaw)
@@ -379,6 +386,9 @@ class RandomPushes:
             direction = planar_rotation(self._rng.uniform(-cfg.turn, cfg.turn)) @ towards
             distance = float(self._rng.uniform(*cfg.distance))
             if np.any(np.abs(pos + direction * distance - np.asarray(WORKSPACE_CENTER)) > cfg.workspace_half):
+                return None
+            base = math.inf if cfg.base_clear is None else _room_outside(pos - self.base, direction, cfg.base_clear)
+            if base < distance or not self._reachable(tip[:2] + direction * distance)[0]:
                 return None
             return tip[:2].copy(), tip[:2] + direction * distance
         distance = float(self._rng.uniform(*cfg.distance))

@@ -43,7 +43,7 @@ class ScenarioConfig:
     """Seed of the random pushes."""
     pushes: Literal["closed", "stop51"] = "closed"
     """The random pushes: "closed" — round the T at pushing height, closed loop (`RandomPushesConfig`'s defaults,
-    stop 52); "stop51" — lifted over the T, open loop (`stop51_pushes`, stops 35–51's scenario)."""
+    stops 52–53); "stop51" — lifted over the T, open loop (`stop51_pushes`, stops 35–51's scenario)."""
     start_seed: int | None = None
     """None: the scene's start; else a start drawn by the task's sampler with this seed."""
     push_time: float = 10.0
