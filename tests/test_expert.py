@@ -12,7 +12,7 @@ from realissim.assets.pusht import TBlock
 from realissim.envs import Env
 from realissim.eval.episode import run_episode
 from realissim.expert.push_model import PushModel
-from realissim.expert.pusht import PushTExpert, footprint_distance, t_keypoints, t_outline
+from realissim.expert.pusht import PushTExpert, t_keypoints, t_outline
 from realissim.expert.routing import route_in_plane
 from realissim.geometry import yaw_quat
 from realissim.policy import Policy
@@ -35,8 +35,8 @@ def test_outline_is_the_t_and_keypoints_lie_on_it() -> None:
     x, y = outline[:, 0], outline[:, 1]
     area = 0.5 * float(np.sum(x * np.roll(y, -1) - np.roll(x, -1) * y))
     assert area == pytest.approx(sum(4 * b.half[0] * b.half[1] for b in block.boxes()), rel=1e-12)  # CCW, exact
-    assert np.allclose(footprint_distance(t_keypoints(block)[:6], block), 0.0)
-    assert footprint_distance(np.array([0.5, 0.5]), block) > 0.3
+    assert np.allclose(block.distance(t_keypoints(block)[:6]), 0.0)
+    assert block.distance(np.array([0.5, 0.5])) > 0.3
 
 
 def test_push_model_pushes_the_t_along_the_rod_and_leaves_it_alone_otherwise(task) -> None:
@@ -123,7 +123,7 @@ def test_route_in_plane_goes_around_the_t_on_the_shorter_side_and_straight_when_
     R = np.array([[math.cos(yaw), -math.sin(yaw)], [math.sin(yaw), math.cos(yaw)]])
 
     def fp(p: np.ndarray) -> np.ndarray:
-        return footprint_distance(p, block)
+        return block.distance(p)
 
     a, b = xy + R @ np.array([0.0, -0.2]), xy + R @ np.array([0.01, 0.2])  # stem end to beyond the bar
     route = route_in_plane(a, b, xy, yaw, block, fp, 0.022, 0.026)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from realissim.geometry import quat_yaw, yaw_quat
+from realissim.geometry import planar_rotation, quat_yaw, yaw_quat
 from realissim.policy.base import ActionChunk, Observation, Policy
 from realissim.tasks.pusht import T_BLOCK, PushTTask, wrap_angle
 from realissim.twin.placement import place_object
@@ -110,10 +110,7 @@ class Disturber:
 
     def _gap(self, tip_xy: np.ndarray, pos: np.ndarray, yaw: float) -> float:
         """Planar gap between the rod and the object at (pos, yaw), m."""
-        c, s = math.cos(yaw), math.sin(yaw)
-        d = tip_xy - pos[:2]
-        body = np.array([c * d[0] + s * d[1], -s * d[0] + c * d[1]])
-        return float(T_BLOCK.distance(body)) - self._rod
+        return float(T_BLOCK.distance(planar_rotation(yaw).T @ (tip_xy - pos[:2]))) - self._rod
 
     def _disturb(self, observation: Observation) -> bool:
         """Move the object if it is at rest and clear of the rod; whether it was moved."""

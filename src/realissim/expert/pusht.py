@@ -138,11 +138,6 @@ def t_keypoints(block: TBlock) -> np.ndarray:
     return np.concatenate([o[[0, 2, 3, 4, 5, 7]], np.zeros((1, 2))])
 
 
-def footprint_distance(points_B: np.ndarray, block: TBlock) -> np.ndarray:
-    """Planar distance (...) m from body-frame points (..., 2) to the T's footprint (0 inside): `TBlock.distance`."""
-    return block.distance(points_B)
-
-
 def _rot(yaw: np.ndarray) -> np.ndarray:
     """Rotation matrices (..., 2, 2) for yaws (...)."""
     c, s = np.cos(yaw), np.sin(yaw)
@@ -356,7 +351,7 @@ class PushTExpert:
         """(N,) bool: the approach point is clear of the T and the push stays within the arm's reach."""
         approach, d = self._geometry(xy, yaw, cands)
         R = _rot(np.array(yaw))
-        clear = footprint_distance((approach - xy) @ R, self.block) >= self._rod + 0.5 * self.config.approach_gap
+        clear = self.block.distance((approach - xy) @ R) >= self._rod + 0.5 * self.config.approach_gap
         end = approach + d * (cands[:, 3:4] + self._rod + self.config.approach_gap)
         lo, hi = self.config.reach
         reach = np.ones(len(cands), dtype=bool)
@@ -401,7 +396,7 @@ class PushTExpert:
         n = max(2, math.ceil(np.linalg.norm(b - a) / 0.004))
         pts = a + (b - a) * np.linspace(0, 1, n)[:, None]
         R = _rot(np.array(yaw))
-        return bool(footprint_distance((pts - xy) @ R, self.block).min() >= self._rod + self.config.clearance)
+        return bool(self.block.distance((pts - xy) @ R).min() >= self._rod + self.config.clearance)
 
     def _push_path(
         self, tip: np.ndarray, xy: np.ndarray, yaw: float, push: Push
@@ -442,7 +437,7 @@ class PushTExpert:
             return (r >= lo) & (r <= hi)
 
         route = route_in_plane(
-            tip[:2], approach, xy, yaw, self.block, lambda p: footprint_distance(p, self.block), check,
+            tip[:2], approach, xy, yaw, self.block, self.block.distance, check,
             check + cfg.corner_margin, allowed=reach,
         )  # fmt: skip
         if route is None:

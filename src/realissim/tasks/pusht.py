@@ -36,7 +36,7 @@ from realissim.assets.pusht import (
     TBlock,
     pusht_scene,
 )
-from realissim.geometry import yaw_quat
+from realissim.geometry import planar_rotation, yaw_quat
 from realissim.spec.scene import Pose, SceneSpec
 from realissim.spec.state import StartState
 from realissim.tasks.base import (
@@ -402,9 +402,8 @@ class PushTTask(Task[PushTTaskConfig]):
         radius = self.scene.robot.pusher.radius if self.scene.robot.pusher else 0.0
         if self.home_tip[2] - radius >= T_BLOCK.height:
             return False
-        c, s = math.cos(heading), math.sin(heading)
         d = self.home_tip[:2] - np.asarray(pos)[:2]
-        return float(T_BLOCK.distance(np.array([c * d[0] + s * d[1], -s * d[0] + c * d[1]]))) < radius
+        return float(T_BLOCK.distance(planar_rotation(heading).T @ d)) < radius
 
 
 @dataclass(frozen=True)
