@@ -243,7 +243,7 @@ def demo(task: Task, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def small_config(**changes: object) -> TrainConfig:
-    base = TrainConfig(model=ModelConfig(actions="relative"), steps=1000, batch_size=32, lr=3e-3, warmup_steps=20,
+    base = TrainConfig(model=ModelConfig(actions="relative"), steps=700, batch_size=32, lr=3e-3, warmup_steps=20,
                        ema_decay=0.99, val_fraction=0.0, checkpoint_every=100, progress=False)  # fmt: skip
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
@@ -257,9 +257,9 @@ def test_training_overfits_one_demonstration_and_the_policy_reproduces_it(
     trained: TrainResult, demo: Path, task: Task
 ) -> None:
     """Near-zero loss; then, on the demonstration's own states, the sampled chunks retrace its tip path
-    (median < 12 mm at every quarter of the chunk; 6–8 mm measured), and in the twin, from its start, the
-    policy's first second moves the tip where the demonstration did (< 25 mm at 0.5 s and 1 s; 11 and 21 mm
-    measured with the planar expert's demonstration, whose push starts at 0.75 s: the clone runs ~0.2 s ahead).
+    (median < 12 mm at every quarter of the chunk; 6–8 mm measured after 700 steps, 4–6 after 1000), and in the
+    twin, from its start, the policy's first second moves the tip where the demonstration did (< 25 mm at 0.5 s
+    and 1 s; 5 and 12 mm measured).
     A policy overfitted to one demonstration does not recover from its own small errors, so the whole closed-loop
     episode is not asked to match: that is what the 60-demonstration benchmark measures."""
     losses = trained.losses
@@ -519,7 +519,7 @@ def test_ray_and_local_runs_agree_episode_by_episode(trained: TrainResult, task:
         assert [r.start for r in far.results] == list(starts)
         run = tmp_path / "run"
         (run / "checkpoints").mkdir(parents=True)
-        for step in (500, 1000):
+        for step in (400, 700):
             shutil.copy(trained.checkpoint.parent / f"step_{step:07d}.pt", run / "checkpoints")
         settings = SweepSettings(limit=2, envs=2, max_seconds=1.0)
         on_ray, _, _ = sweep_offline(run, settings, tmp_path / "ray", ray_address="local")
@@ -529,8 +529,8 @@ def test_ray_and_local_runs_agree_episode_by_episode(trained: TrainResult, task:
     assert [(r.step, r.successes, r.mean_final_coverage) for r in on_ray] == [
         (r.step, r.successes, r.mean_final_coverage) for r in here
     ]
-    a = (tmp_path / "ray" / "step_0001000" / "episodes.csv").read_text().splitlines()
-    b = (tmp_path / "local" / "step_0001000" / "episodes.csv").read_text().splitlines()
+    a = (tmp_path / "ray" / "step_0000700" / "episodes.csv").read_text().splitlines()
+    b = (tmp_path / "local" / "step_0000700" / "episodes.csv").read_text().splitlines()
     column = a[0].split(",").index("wall_s")
     drop = lambda line: [v for i, v in enumerate(line.split(",")) if i not in (column, column + 1)]  # noqa: E731
     assert [drop(x) for x in a] == [drop(x) for x in b]
