@@ -6,12 +6,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import mujoco
 import numpy as np
 import pytest
 import torch
 from scipy.ndimage import binary_erosion
 
 from realissim.eval.sync.sweep import SWEEP_SEED, sweep_profile
+from realissim.geometry import yaw_quat
 from realissim.real.surrogate.gap import GapProfile
 from realissim.real.surrogate.world import SurrogateWorld
 from realissim.render import rasterize
@@ -21,6 +23,7 @@ from realissim.spec.state import StartState
 from realissim.tasks.pusht import PushTTask
 from realissim.twin.color_fit import fit_colors
 from realissim.twin.physics import TwinPhysics
+from realissim.twin.reacquire import ObjectSearch, SearchConfig
 from realissim.twin.shadows import (
     ShadowFitConfig,
     ShadowLight,
@@ -149,3 +152,42 @@ def test_shadow_light_validation() -> None:
         ShadowFitConfig(elevations=(95.0,))
     shade = ShadowLight(light_direction(0.0, 1.0), (0.25, 0.5, 1.0)).shade(torch.tensor([0.0, 1.0, 0.5]))
     np.testing.assert_allclose(shade.numpy(), [[1, 1, 1], [0.25, 0.5, 1.0], [0.625, 0.75, 1.0]])
+
+
+@pytest.mark.slow
+def test_the_search_shades_its_candidates_where_the_arm_casts_its_shadow(scene: SceneSpec) -> None:
+    """A low key light (45° up) casts the arm's shadow over a third of the T. The twin, calibrated with the T lit
+    elsewhere, searches for it there: with its candidates shaded by the arm's shadow (`SearchConfig.shade`), the
+    found T explains clearly more of the images (measured 0.24 of the object-absent loss against 0.10 lit) and lies
+    within 12 mm of the truth (8 mm measured). On a corner profile the lit candidates explained less than no T at
+    all, so the search found nothing and the arm was held to the episode's end (docs/decisions.md)."""
+    base = GapProfile()
+    light = light_direction(math.radians(160.0), math.radians(45.0))
+    gap = dataclasses.replace(base, lighting=dataclasses.replace(base.lighting, key_direction=light, shadow_size=1024))
+    first = _start(scene)
+    twin = TwinPhysics(scene)
+    twin.reset(rest_state(first))
+    hand = twin.data.xpos[mujoco.mj_name2id(twin.model, mujoco.mjtObj.mjOBJ_BODY, "panda_link7")]
+    under = hand[:2] - hand[2] / light[2] * np.asarray(light[:2])  # the hand's shadow on the table
+    real = np.array([under[0] - 0.03, under[1], first.objects[0].pos[2]])
+    second = StartState.from_arrays(real[None], np.array([yaw_quat(0.3)]), np.asarray(first.q))
+    poses = []
+    for s in (first, second):
+        twin.reset(rest_state(s))
+        poses.append((twin.data.xpos.copy(), twin.data.xquat.copy()))
+    shots, cameras = _capture(scene, gap, [first, second])
+    views = TwinViews(scene, twin.model, cameras=cameras)
+    assert views.fit_shadow(*poses[0], shots[0]) is not None
+    fit_colors(views, *poses[0], shots[0][None])
+    assert views.shadow is not None
+    factors = views.shadow.object_factors(*poses[1])[views.shadow.object_mask].mean(dim=-1)
+    assert float((factors < 0.7).float().mean()) > 0.3  # a third of the T's Gaussians in the arm's shadow
+    twin.reset(rest_state(first))  # the twin's T where it was: lost
+    explained = {}
+    for shade in (True, False):
+        search = ObjectSearch(views, twin.model, SearchConfig(shade=shade))
+        found = search.search(twin, np.asarray(second.q), shots[1].numpy())
+        explained[shade] = 1.0 - found.score / found.empty_score
+        if shade:
+            assert found.found and np.linalg.norm(found.pos[:2] - real[:2]) < 0.012, (found.pos, real)
+    assert explained[True] > explained[False] + 0.08, explained

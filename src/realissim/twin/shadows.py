@@ -275,16 +275,45 @@ class ShadowCaster:
     def object_factors(self, xpos: np.ndarray, xquat: np.ndarray) -> Tensor:
         """(M,3) colour factors of the moving Gaussians for body poses xpos, xquat: the objects' Gaussians facing
         the light are shaded by the robot's shadow on them; every other Gaussian keeps its colour (1)."""
-        means, Rb, normals = self._world(xpos, xquat)
+        means, _, normals = self._world(xpos, xquat)
         out = torch.ones(len(means), 3)
-        receive = self.object_mask & self._facing(normals, 0.2) & self._flat
-        cast = ~self.object_mask
-        if self.light is None or not bool(receive.any()) or not bool(cast.any()):
+        if self.light is None:
             return out
-        cov = Rb[cast] @ self._cov[cast] @ Rb[cast].transpose(1, 2)
-        cover = point_coverage(means[receive], means[cast], cov, self.local.opacities[cast], self.direction)
-        out[receive] = self.light.shade(cover)
+        on = self.object_mask
+        out[on] = self.shade_points(means[on], normals[on], self.flat[on], self.robot_casters(xpos, xquat))
         return out
+
+    def robot_casters(self, xpos: np.ndarray, xquat: np.ndarray) -> tuple[Tensor, Tensor, Tensor]:
+        """The robot's Gaussians at body poses xpos (nbody,3) m, xquat (nbody,4) wxyz, as shadow casters: world means
+        (N,3) m, covariances (N,3,3) m², opacities (N,). For `shade_points`; fixed while only an object moves (a
+        search of its pose)."""
+        means, Rb, _ = self._world(xpos, xquat)
+        cast = ~self.object_mask
+        return means[cast], Rb[cast] @ self._cov[cast] @ Rb[cast].transpose(1, 2), self.local.opacities[cast]
+
+    def shade_points(
+        self, points: Tensor, normals: Tensor, flat: Tensor, casters: tuple[Tensor, Tensor, Tensor]
+    ) -> Tensor:
+        """(P,3) colour factors of surface Gaussians at world `points` (P,3) m with outward world `normals` (P,3) and
+        `flat` (P,) bool (only flat ones have a normal): those facing the light are shaded by the `casters`'
+        shadow (`robot_casters`); the rest keep their colour (1)."""
+        out = torch.ones(len(points), 3)
+        receive = flat & ((normals.to(self.direction) @ -self.direction) > 0.2)  # flat and facing the light
+        means, cov, opacities = casters
+        if self.light is None or not bool(receive.any()) or not len(means):
+            return out
+        out[receive] = self.light.shade(point_coverage(points[receive], means, cov, opacities, self.direction))
+        return out
+
+    @property
+    def body_normals(self) -> Tensor:
+        """(M,3) each moving Gaussian's outward normal in its body's frame (its thinnest axis; see `flat`)."""
+        return self._normal
+
+    @property
+    def flat(self) -> Tensor:
+        """(M,) bool: the Gaussians flat enough to have a normal (surface Gaussians)."""
+        return self._flat
 
 
 def _ring(mask: Tensor, width: int) -> Tensor:
