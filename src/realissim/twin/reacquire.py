@@ -5,10 +5,11 @@ images), the correction's gradients vanish or lead into a local minimum. `Object
 searches the object's planar pose (x, y, yaw) globally: seeded by the colour sighting (`twin.sighting`) for
 position and, for yaw, by the four directions of the seen pixels' principal axes (an asymmetric object such
 as the T needs all four) plus a coarse sweep; each candidate is scored by render and compare (the object's
-Gaussians at the candidate pose, robot at the real arm's joints for occlusion, the ground, over one fixed
-window of every camera around the sighting; after a least-squares exposure gain per camera and channel, as the
-correction does, the loss compares each pixel's chromaticity, which shadows the twin does not render leave
-nearly unchanged); the best candidates are refined coarse to fine by pattern
+Gaussians at the candidate pose — shaded by the arm's shadow there where the twin renders the key light's —,
+robot at the real arm's joints for occlusion, the ground, over one fixed window of every camera around the
+sighting; after a least-squares exposure gain per camera and channel, as the correction does, the loss compares
+each pixel's chromaticity, which shadows and shading the twin does not render leave nearly unchanged); the best
+candidates are refined coarse to fine by pattern
 search (±step in x, y and yaw, steps halved per level). Everything is deterministic.
 
 `twin.placement.place_object` then moves the twin's object to the found pose.
@@ -68,10 +69,10 @@ class SearchConfig:
     compare: Literal["chromaticity", "intensity"] = "chromaticity"
     """What the score compares, pixel by pixel, after the exposure gain: "chromaticity" each pixel's colour divided
     by its brightness (r, g, b) / (r + g + b + `chroma_floor`), which a shadow or a shading the twin does not
-    render leaves nearly unchanged (the twin renders no shadows; its ground keeps the colours fitted at
-    calibration, the arm's shadow of that moment included); "intensity" the colours themselves.
-    PushT, 6 searches under the held arm's shadow (sweep profile 05): intensity 28 mm, 112° off; chromaticity
-    2.5 mm, 1.2°."""
+    render leaves nearly unchanged; "intensity" the colours themselves. PushT, 6 searches under the held arm's
+    shadow (sweep profile 05, measured before the twin rendered shadows, its ground keeping the colours fitted at
+    calibration, the arm's shadow of that moment included): intensity 28 mm, 112° off; chromaticity 2.5 mm,
+    1.2°."""
     chroma_floor: float = 0.2
     """Added to a pixel's brightness (r + g + b, 0–3) before dividing: dark pixels, whose colour is mostly noise,
     weigh less (0.05: 3.4 mm, 1.6° on the 6 searches above)."""
@@ -244,7 +245,9 @@ class ObjectSearch:
 class _Scorer:
     """Scores planar poses of one object against the real images over one fixed window (memoised). The
     Gaussians are kept as numpy arrays (means, quats, scales, colours, opacities) so that per candidate only the
-    rasteriser runs: torch's and numba's thread pools taking turns are slow on a busy 2-core machine."""
+    rasteriser runs (and, with `SearchConfig.shade` under a shadow light, the shadow's coverage of the object's
+    Gaussians: ~2.5× the search's time): torch's and numba's thread pools taking turns are slow on a busy 2-core
+    machine."""
 
     def __init__(
         self,

@@ -226,7 +226,9 @@ class ShadowCaster:
     """Casts a `ShadowLight`'s shadows from a twin's moving Gaussians (see the module docstring).
 
     Built once from the moving Gaussians in their bodies' frames; then, for body poses, gives the table's
-    coverage per camera pixel (`table`) and colour factors for the objects' Gaussians (`object_factors`)."""
+    coverage per camera pixel (`table`) and colour factors for the objects' Gaussians (`object_factors`: the
+    robot's Gaussians as casters, `robot_casters`, shading the objects' surface Gaussians, `shade_points`; a search
+    keeps the casters and shades one object at many poses)."""
 
     def __init__(
         self, local: Gaussians, body_index: Tensor, object_mask: Tensor, light: ShadowLight | None = None
@@ -252,10 +254,6 @@ class ShadowCaster:
         means = (Rb @ self.local.means[:, :, None])[:, :, 0] + pos[self.body_index]
         normals = (Rb @ self._normal[:, :, None])[:, :, 0]
         return means, Rb, normals
-
-    def _facing(self, normals: Tensor, minimum: float = 0.0) -> Tensor:
-        """Which Gaussians face the light (round ones, with no clear normal, count as facing it)."""
-        return ~self._flat | ((normals @ -self.direction) > minimum)
 
     def world_covariances(self, xpos: np.ndarray, xquat: np.ndarray) -> tuple[Tensor, Tensor]:
         """World means (M,3) m and covariances (M,3,3) m² of the moving Gaussians at body poses xpos, xquat."""
