@@ -122,24 +122,21 @@ def test_route_in_plane_goes_around_the_t_on_the_shorter_side_and_straight_when_
     xy, yaw = np.array([0.1, 0.05]), 0.3
     R = np.array([[math.cos(yaw), -math.sin(yaw)], [math.sin(yaw), math.cos(yaw)]])
 
-    def fp(p: np.ndarray) -> np.ndarray:
-        return block.distance(p)
-
     a, b = xy + R @ np.array([0.0, -0.2]), xy + R @ np.array([0.01, 0.2])  # stem end to beyond the bar
-    route = route_in_plane(a, b, xy, yaw, block, fp, 0.022, 0.026)
+    route = route_in_plane(a, b, xy, yaw, block, block.distance, 0.022, 0.026)
     assert route is not None and len(route) >= 3
     assert np.allclose(route[0], a) and np.allclose(route[-1], b)
-    assert fp((_legs(route) - xy) @ R).min() >= 0.022 - 1e-9  # clear of the T all the way
+    assert block.distance((_legs(route) - xy) @ R).min() >= 0.022 - 1e-9  # clear of the T all the way
     assert np.sum(np.linalg.norm(np.diff(route, axis=0), axis=1)) < 0.4 + 2 * 0.12  # not the long way round
     # Both ends clear and the segment between them too: one straight leg.
     c = xy + R @ np.array([0.2, -0.2])
-    assert np.allclose(route_in_plane(a, c, xy, yaw, block, fp, 0.022, 0.026), [a, c])
+    assert np.allclose(route_in_plane(a, c, xy, yaw, block, block.distance, 0.022, 0.026), [a, c])
     # An end closer than the clearance (just behind a contact) is reached, never closer to the T than it is.
     near = xy + R @ np.array([0.0, 0.0857 + 0.015])  # 1.5 cm beyond the bar's far side
-    route = route_in_plane(a, near, xy, yaw, block, fp, 0.022, 0.026)
-    assert route is not None and fp((_legs(route) - xy) @ R).min() >= 0.015 - 1e-6
+    route = route_in_plane(a, near, xy, yaw, block, block.distance, 0.022, 0.026)
+    assert route is not None and block.distance((_legs(route) - xy) @ R).min() >= 0.015 - 1e-6
     # Nowhere allowed to pass: no route.
-    assert route_in_plane(a, b, xy, yaw, block, fp, 0.022, 0.026, allowed=lambda p: p[:, 0] < -1.0) is None
+    assert route_in_plane(a, b, xy, yaw, block, block.distance, 0.022, 0.026, allowed=lambda p: p[:, 0] < -1.0) is None
 
 
 def test_planar_expert_keeps_the_tip_at_pushing_height(task, expert) -> None:

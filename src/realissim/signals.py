@@ -21,9 +21,12 @@ class Terminated(SystemExit):
     """Raised by SIGTERM within `terminate_raises`; its exit code is 128 + SIGTERM (143), a shell's for it."""
 
 
-_held: dict[str, int | None] = {"depth": 0, "signal": None}
-"""`terminate_deferred`'s nesting depth, and a SIGTERM that arrived meanwhile (Python runs handlers in the main
-thread only, so this is touched by one thread)."""
+class _Held:
+    """`terminate_deferred`'s nesting depth, and a SIGTERM that arrived meanwhile (Python runs handlers in the main
+    thread only, so this is touched by one thread)."""
+
+    depth = 0
+    signal: int | None = None
 
 
 @contextmanager
@@ -35,8 +38,8 @@ def terminate_raises() -> Iterator[None]:
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if _held["depth"]:
-            _held["signal"] = signum  # raised when the deferring block ends
+        if _Held.depth:
+            _Held.signal = signum  # raised when the deferring block ends
             return
         raise Terminated(128 + signum)
 
@@ -52,15 +55,15 @@ def terminate_deferred() -> Iterator[None]:
     """Within the block (itself within `terminate_raises`), a SIGTERM is held and raises `Terminated` when the
     outermost such block ends without an error of its own (one that does goes on instead). For steps that must not be
     cut in two — moving an episode into a dataset — and for cleanup that a second SIGTERM must not interrupt."""
-    _held["depth"] = int(_held["depth"] or 0) + 1
+    _Held.depth += 1
     failed = True
     try:
         yield
         failed = False
     finally:
-        _held["depth"] = int(_held["depth"] or 0) - 1
-        if not _held["depth"]:
-            signum, _held["signal"] = _held["signal"], None
+        _Held.depth -= 1
+        if not _Held.depth:
+            signum, _Held.signal = _Held.signal, None
             if signum is not None and not failed:
                 raise Terminated(128 + signum)
 

@@ -250,7 +250,8 @@ def fit_camera_to_board(
     when the board is not seen well enough, and the correction is then zero."""
     gray = _gray(image)
     fit = _fit_gray(board, K, X_WC, gray, occluded, config, name)
-    if fit.used or not config.local_white or not fit.reason.startswith(("residual RMS", "white − black")):
+    poor = fit.contrast < config.min_contrast or fit.rms > config.max_rms * fit.contrast  # the image unexplained
+    if fit.used or not config.local_white or not poor:
         return fit
     # A shadow across the board (a low key light, the arm between it and the board) breaks the white plane: fit
     # again to the image divided by its local white level (the brightest pixel within about one dot spacing).

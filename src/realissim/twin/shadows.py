@@ -273,12 +273,12 @@ class ShadowCaster:
     def object_factors(self, xpos: np.ndarray, xquat: np.ndarray) -> Tensor:
         """(M,3) colour factors of the moving Gaussians for body poses xpos, xquat: the objects' Gaussians facing
         the light are shaded by the robot's shadow on them; every other Gaussian keeps its colour (1)."""
-        means, _, normals = self._world(xpos, xquat)
+        means, Rb, normals = self._world(xpos, xquat)
         out = torch.ones(len(means), 3)
         if self.light is None:
             return out
         on = self.object_mask
-        out[on] = self.shade_points(means[on], normals[on], self.flat[on], self.robot_casters(xpos, xquat))
+        out[on] = self.shade_points(means[on], normals[on], self.flat[on], self._casters(means, Rb))
         return out
 
     def robot_casters(self, xpos: np.ndarray, xquat: np.ndarray) -> tuple[Tensor, Tensor, Tensor]:
@@ -286,6 +286,10 @@ class ShadowCaster:
         (N,3) m, covariances (N,3,3) m², opacities (N,). For `shade_points`; fixed while only an object moves (a
         search of its pose)."""
         means, Rb, _ = self._world(xpos, xquat)
+        return self._casters(means, Rb)
+
+    def _casters(self, means: Tensor, Rb: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """`robot_casters` from every moving Gaussian's world mean (M,3) and its body's rotation (M,3,3)."""
         cast = ~self.object_mask
         return means[cast], Rb[cast] @ self._cov[cast] @ Rb[cast].transpose(1, 2), self.local.opacities[cast]
 
