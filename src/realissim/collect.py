@@ -12,14 +12,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from realissim.signals import Terminated, end_processes, terminate_deferred, terminate_raises
+from realissim.signals import terminate_deferred, terminate_raises
 
 if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --help` stays fast
     from realissim.data.schema import DatasetMeta
@@ -342,21 +341,19 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
 
 
 def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
-    """`config.episodes` expert episodes in `config.workers` processes (spawned, one thread per pool), each with
+    """`config.episodes` expert episodes in `config.workers` processes (`realissim.workers.WorkerPool`), each with
     its own world (online: its own surrogate, same seed) and its own part dataset beside `config.out`; every
     finished episode is moved into `config.out` (`DatasetWriter.move_in`) in the order of its index, so the
     dataset is what one process would have collected, up to the twin's appearance calibration, which an online
     worker runs at its own first start. If a worker fails, the episodes already finished are still moved in
     (those after the failed one take the next places) and CollectError names the failure."""
-    import multiprocessing as mp
-    import queue
     import shutil
     import uuid
 
     from tqdm import tqdm
 
     from realissim.data.store import DatasetWriter
-    from realissim.real.surrogate.process import one_thread_per_pool
+    from realissim.workers import WorkerError, WorkerPool
 
     if config.gap is not None:
         from realissim.real.surrogate import load_gap
@@ -365,10 +362,7 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
     count = min(config.workers, config.episodes)
     tag = uuid.uuid4().hex[:8]
     parts = [config.out.parent / f".{config.out.name}.part-{tag}-{w}" for w in range(count)]
-    ctx = mp.get_context("spawn")  # not fork: the parent may hold torch's and numba's threads
-    inbox, outbox = ctx.Queue(), ctx.Queue()
-    processes = [ctx.Process(target=_collect_worker, args=(w, config, parts[w], inbox, outbox), name=f"collect-{w}")
-                 for w in range(count)]  # fmt: skip
+    pool = WorkerPool(_collect_worker, (config, parts), count, "collect")
     writer: DatasetWriter | None = None
     done: dict[int, tuple[Path, int]] = {}
     waiting: set[int] = set()
@@ -376,28 +370,22 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
     bar = tqdm(total=config.episodes, desc="collect", unit="episode", disable=not config.progress)
     with terminate_raises():  # SIGTERM unwinds like Ctrl-C: the finished episodes are kept, the workers end
         try:
-            with one_thread_per_pool():
-                for process in processes:
-                    process.start()
+            pool.start()
             while (writer is None or waiting) and failure is None:
                 try:
-                    kind, number, payload = outbox.get(timeout=1.0)
-                except queue.Empty:
-                    dead = [p for p in processes if p.exitcode not in (None, 0)]
-                    if dead or all(p.exitcode is not None for p in processes):
-                        who = dead[0] if dead else processes[0]
-                        failure = f"worker {who.name} ended (exit code {who.exitcode})"
+                    message = pool.receive()
+                except WorkerError as err:
+                    failure = str(err)
                     continue
-                if kind == "crash":
-                    failure = f"worker {number} failed:\n{payload}"
-                elif kind == "meta":
+                if message is None:
+                    continue
+                kind, number, payload = message
+                if kind == "meta":
                     if writer is None:  # the first worker's world describes the dataset: open it, hand out the work
                         writer = DatasetWriter(config.out, payload)
                         waiting = set(range(writer.next_index, writer.next_index + config.episodes))
-                        for index in sorted(waiting):
-                            inbox.put(index)
-                        for _ in range(count):
-                            inbox.put(None)
+                        pool.put(sorted(waiting))
+                        pool.close_inbox()
                 else:
                     index, part_index, result = payload
                     done[index] = (parts[number], part_index)
@@ -414,9 +402,8 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
         finally:
             with terminate_deferred():  # a second SIGTERM does not cut the cleanup short
                 bar.close()
-                if writer is None and failure is None:
-                    for _ in range(count):  # interrupted before the work was handed out: let the workers end
-                        inbox.put(None)
+                if failure is None:
+                    pool.close_inbox()  # interrupted before the work was handed out: let the workers end
                 try:
                     if writer is not None:
                         for index in sorted(done):  # after a failure or SIGTERM: keep every finished episode
@@ -425,34 +412,31 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
                     if writer is not None:
                         writer.close()
                     finished = failure is None and writer is not None and not waiting
-                    end_processes(processes, wait=finished)  # interrupted: terminated at once
+                    pool.end(wait=finished)  # interrupted: terminated at once
                     for part in parts:
                         shutil.rmtree(part, ignore_errors=True)
     if failure is not None:
         raise CollectError(f"{failure}; the {report.added} episodes finished are in {config.out}")
 
 
-def _collect_worker(number: int, config: CollectConfig, part: Path, inbox: Any, outbox: Any) -> None:
-    """One worker of `_collect_parallel`: sends ("meta", number, the dataset meta of its world), then records
-    the episode indices from `inbox` until None into the part dataset `part`, sending ("done", number, (index,
-    its index in the part, result)) for each; ("crash", number, traceback) if anything fails."""
-    import traceback
+def _collect_worker(number: int, config: CollectConfig, parts: list[Path], inbox: Any, outbox: Any) -> None:
+    """Worker `number` of `_collect_parallel` (`realissim.workers.serve`): sends ("meta", number, the dataset meta
+    of its world), then records each episode index it is given into its part dataset `parts[number]`, sending
+    ("done", number, (index, its index in the part, result))."""
+    from realissim.workers import Send, serve
 
-    from realissim.tasks import make
+    @contextlib.contextmanager
+    def session(send: Send) -> Iterator[Callable[[int], None]]:
+        from realissim.tasks import make
 
-    parent = os.getppid()
-    try:
-        with terminate_raises():  # terminated by the parent: close the world (and its surrogate) first
-            task = make(config.task)
-            announce = lambda meta: outbox.put(("meta", number, meta))  # noqa: E731
-            with _recording(config, task, make_expert(task, config), part, announce) as collector:
-                while (index := inbox.get()) is not None:
-                    if os.getppid() != parent:
-                        return  # orphaned (the parent was killed): record nothing more
-                    result = collector.run(index)
-                    assert collector.recorder.last is not None
-                    outbox.put(("done", number, (index, collector.recorder.last.index, result)))
-    except Terminated:
-        pass  # ended by the parent
-    except BaseException:
-        outbox.put(("crash", number, traceback.format_exc()))
+        task = make(config.task)
+        with _recording(config, task, make_expert(task, config), parts[number], lambda m: send("meta", m)) as rec:
+
+            def record(index: int) -> None:
+                result = rec.run(index)
+                assert rec.recorder.last is not None
+                send("done", (index, rec.recorder.last.index, result))
+
+            yield record
+
+    serve(number, inbox, outbox, session)

@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -42,7 +42,7 @@ from realissim.eval.sync.metrics import DESYNC_M, LOSS_MIN_S, detector_score
 from realissim.policy.base import Policy
 from realissim.real.surrogate import Surrogate, SurrogateConfig, SurrogateError
 from realissim.runtime import RuntimeConfig
-from realissim.signals import Terminated, ending, terminate_raises
+from realissim.signals import ending, terminate_raises
 from realissim.spec.state import StartState
 from realissim.tasks import Task
 
@@ -359,31 +359,28 @@ def _worker(
     inbox: Any,
     outbox: Any,
 ) -> None:
-    """One worker process of `evaluate_online`: (start index, trial) pairs from `inbox` until None; sends
-    ("start", number, pair), then ("done", number, episode as JSON), or ("crash", number, traceback)."""
-    import traceback
-
+    """Worker `number` of `_run_workers` (`realissim.workers.serve`): runs each (start index, trial) pair it is given
+    on its own surrogate, sending ("done", number, the episode as JSON)."""
     import torch
 
+    from realissim.workers import Send, serve
+
     torch.set_num_threads(1)
-    runner = None
-    parent = os.getppid()
-    try:
-        with terminate_raises():  # terminated by the parent: close the surrogate first
-            runner = _EpisodeRunner(task, factory(task, 1), config, lambda: Surrogate(task.scene, world), max_seconds)
-            while (item := inbox.get()) is not None:
-                if os.getppid() != parent:
-                    return  # orphaned (the parent was killed): run nothing more
-                outbox.put(("start", number, item))
+
+    @contextmanager
+    def session(send: Send) -> Iterator[Callable[[tuple[int, int]], None]]:
+        runner = _EpisodeRunner(task, factory(task, 1), config, lambda: Surrogate(task.scene, world), max_seconds)
+        try:
+
+            def run(item: tuple[int, int]) -> None:
                 episode = runner.run(starts[item[0]], *item)
-                outbox.put(("done", number, json.loads(json.dumps(episode.to_json(), default=_plain))))
-    except Terminated:
-        pass  # ended by the parent
-    except BaseException:
-        outbox.put(("crash", number, traceback.format_exc()))
-    finally:
-        if runner is not None:
+                send("done", json.loads(json.dumps(episode.to_json(), default=_plain)))
+
+            yield run
+        finally:
             runner.close()
+
+    serve(number, inbox, outbox, session)
 
 
 def _run_workers(
@@ -397,40 +394,24 @@ def _run_workers(
     workers: int,
     finished: Callable[[OnlineEpisode], None],
 ) -> None:
-    """`todo` across `workers` processes (`_worker`), each finished episode handed to `finished` as it comes."""
-    import multiprocessing as mp
-    import queue
+    """`todo` across `workers` processes (`realissim.workers.WorkerPool` of `_worker`), each finished episode handed
+    to `finished` as it comes; RuntimeError if a worker fails."""
+    from realissim.workers import WorkerError, WorkerPool
 
-    from realissim.real.surrogate.process import one_thread_per_pool
-
-    ctx = mp.get_context("spawn")  # not fork: the parent holds torch's and numba's threads
-    inbox, outbox = ctx.Queue(), ctx.Queue()
-    count = min(workers, len(todo))
-    for item in todo:
-        inbox.put(item)
-    for _ in range(count):
-        inbox.put(None)
-    args = (task, factory, starts, max_seconds, config, world, inbox, outbox)
-    processes = [ctx.Process(target=_worker, args=(w, *args), name=f"online-eval-{w}") for w in range(count)]
+    pool = WorkerPool(_worker, (task, factory, starts, max_seconds, config, world), min(workers, len(todo)),
+                      "online-eval")  # fmt: skip
+    pool.put(todo)
+    pool.close_inbox()
     remaining = len(todo)
-    with terminate_raises(), ending(processes, lambda: remaining == 0):
-        with one_thread_per_pool():
-            for process in processes:
-                process.start()
+    with terminate_raises(), ending(pool.processes, lambda: remaining == 0):
+        pool.start()
         while remaining:
             try:
-                kind, number, payload = outbox.get(timeout=1.0)
-            except queue.Empty:
-                dead = [p for p in processes if p.exitcode not in (None, 0)]
-                if dead or all(p.exitcode is not None for p in processes):  # none left to send what remains
-                    who = dead[0] if dead else processes[0]
-                    raise RuntimeError(f"online evaluation: worker {who.name} ended (exit code {who.exitcode}) with "
-                                       f"{remaining} episodes left") from None  # fmt: skip
-                continue
-            if kind == "crash":
-                raise RuntimeError(f"online evaluation: worker {number} failed:\n{payload}")
-            if kind == "done":
-                finished(OnlineEpisode.from_json(payload, starts))
+                message = pool.receive()
+            except WorkerError as err:
+                raise RuntimeError(f"online evaluation: {err}; {remaining} episodes were left") from None
+            if message is not None and message[0] == "done":
+                finished(OnlineEpisode.from_json(message[2], starts))
                 remaining -= 1
 
 

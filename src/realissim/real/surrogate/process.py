@@ -24,7 +24,6 @@ import multiprocessing as mp
 import os
 import time
 import weakref
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -51,6 +50,7 @@ from realissim.spec.board import DotBoard
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
+from realissim.threads import one_thread_per_pool
 from realissim.twin.physics import PhysicsConfig
 
 log = logging.getLogger(__name__)
@@ -391,26 +391,3 @@ def _child_main(scene_doc: dict, cfg: dict, shm_name: str, layout: ShmLayout, co
     from realissim.real.surrogate.loop import run_child
 
     run_child(scene_from_dict(scene_doc), cfg, SharedSegment(layout, name=shm_name), conn, size)
-
-
-CHILD_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
-"""Thread pools limited to one thread in the surrogate's process (unless set by the user): its arrays are
-small, and it should leave the other cores to the twin (a precaution; the measured cost on 2 cores came
-from the twin's own numba pool, see `realissim.threads`)."""
-
-
-@contextlib.contextmanager
-def one_thread_per_pool() -> Iterator[None]:
-    """Environment for spawning a child process (the surrogate; an online evaluation's workers): one thread per
-    pool (`CHILD_THREAD_VARIABLES`, unless set by the user), restored after."""
-    saved = {name: os.environ.get(name) for name in CHILD_THREAD_VARIABLES}
-    for name in CHILD_THREAD_VARIABLES:
-        os.environ.setdefault(name, "1")
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
