@@ -48,6 +48,9 @@ KEYS = (
     ("false_alarms_per_min", "false alarms per min"),
     ("false_alarms_pose_per_min", "... with yaw > 10° a loss too"),
     ("moving_fraction", "frames with the T moving"),
+    ("real_tipped_s", "real T standing on a side, oracle (s)"),
+    ("tipped_s", "... recognised by the twin (s)"),
+    ("pos_err_p95_lying_mm", "position error, p95 with the real T lying (mm)"),
     ("loop_hz", "loop rate (Hz)"),
 )
 

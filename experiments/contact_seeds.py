@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -47,6 +48,8 @@ KEYS = (
     ("early_placements", "early"),
     ("vetoed_alarms", "vetoed"),
     ("moving_fraction", "T moving"),
+    ("real_tipped_s", "real tipped s"),
+    ("tipped_s", "tipped s"),
 )
 
 
@@ -123,8 +126,8 @@ def main(args: Args) -> list[dict]:
     print("| seed | " + " | ".join(label for _, label in KEYS) + " |")
     print("|---" * (1 + len(KEYS)) + "|")
     for row in table:
-        print(f"| {row['seed']} | " + " | ".join(f"{row[k]:.2f}" for k, _ in KEYS) + " |")
-    means = np.mean([[row[k] for k, _ in KEYS] for row in table], axis=0)
+        print(f"| {row['seed']} | " + " | ".join(f"{row.get(k, math.nan):.2f}" for k, _ in KEYS) + " |")
+    means = np.mean([[row.get(k, math.nan) for k, _ in KEYS] for row in table], axis=0)
     print("| mean | " + " | ".join(f"{v:.2f}" for v in means) + " |")
     return table
 

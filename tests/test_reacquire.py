@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from realissim.geometry import quat_yaw, yaw_quat
+from realissim.geometry import quat_mul, quat_to_mat, quat_yaw, yaw_quat
 from realissim.real.surrogate.gap import Disturbance, GapProfile
 from realissim.real.surrogate.world import SurrogateWorld
 from realissim.runtime.loop import RuntimeConfig
@@ -24,6 +24,7 @@ from realissim.twin.kinematics import PusherIK
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
 from realissim.twin.placement import PlacementConfig, place_object
 from realissim.twin.reacquire import ObjectSearch, SearchConfig
+from realissim.twin.rests import tipped_rests
 from realissim.twin.sighting import (
     SightingConfig,
     _classify_kernel,
@@ -279,6 +280,7 @@ def test_an_unseen_t_is_not_reported_found(rig: Rig) -> None:
     ).search(rig.twin, q_real, images)
     assert loose.sighting.seen and loose.renders > 0
     assert not loose.found, loose
+    assert loose.tipped is None, loose  # nor a tipped T
 
 
 def test_a_fully_occluded_t_is_not_reported_found(rig: Rig) -> None:
@@ -296,3 +298,40 @@ def test_a_fully_occluded_t_is_not_reported_found(rig: Rig) -> None:
     assert not sighting.seen and sighting.pixels.max() < 5, sighting.pixels
     result = rig.search.search(rig.twin, q_real, images)
     assert not result.found and result.renders == 0
+
+
+def _standing(rig: Rig, real: Planar) -> tuple[np.ndarray, np.ndarray, float]:
+    """The world's T standing on its bar's top face (the stem up) at `real` (x, y, yaw about the world's z), left
+    to settle; returns the real arm's joints, the images and the T's height as the world measures it."""
+    body = int(rig.search.sighting.object_bodies[0])
+    _, rests = tipped_rests(rig.twin.model, body)
+    (rest,) = [r for r in rests if np.allclose(quat_to_mat(r.quat) @ (0.0, 1.0, 0.0), (0.0, 0.0, -1.0))]
+    quat = quat_mul(yaw_quat(real[2]), rest.quat)
+    rig.world.reset(StartState.from_arrays(np.array([[real[0], real[1], rest.height]]), np.array([quat]), rig.home))
+    for _ in range(10):
+        rig.world.step_frame()
+    truth = rig.world.oracle()
+    assert np.linalg.norm(truth.object_pos[0] - (real[0], real[1], rest.height)) < 0.002, truth  # it stands
+    return rig.world.joint_state()[0], _images(rig.world), float(truth.object_pos[0][2])
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_t_standing_on_a_side_is_recognised_not_found_lying(rig: Rig, seed: int) -> None:
+    real, away = _teleport(seed)
+    rig.stage(real, away)
+    q_real, images, height = _standing(rig, real)
+    result = rig.search.search(rig.twin, q_real, images)
+    assert not result.found, result  # no lying pose explains a standing T
+    tipped = result.tipped
+    assert tipped is not None, result
+    down = quat_to_mat(tipped.quat).T @ (0.0, 0.0, -1.0)  # the body axis pointing down
+    assert np.allclose(down, (0.0, 1.0, 0.0), atol=1e-6), (tipped.rest, down)  # on the bar's top face
+    assert np.linalg.norm(tipped.pos[:2] - real[:2]) < 0.012, (tipped.pos, real)
+    assert tipped.pos[2] == pytest.approx(height, abs=0.001)  # the rest's height, from the twin's spheres
+    # Standing, the T looks the same turned by half a turn about the vertical.
+    assert abs(math.remainder(tipped.yaw - real[2], math.pi)) < math.radians(8), (tipped.yaw, real[2])
+    assert tipped.explained > 2 * max(tipped.lying_explained, 0.0) and tipped.explained >= 0.15
+
+    off = ObjectSearch(rig.search.views, rig.twin.model, SearchConfig(tipped=False))
+    plain = off.search(rig.twin, q_real, images)
+    assert not plain.found and plain.tipped is None

@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from helpers import scripted_targets
-from realissim.geometry import quat_yaw, yaw_quat
+from realissim.geometry import quat_mul, quat_to_mat, quat_yaw, yaw_quat
 from realissim.real.surrogate import Surrogate, SurrogateConfig
 from realissim.runtime.loop import FrameReport, Runtime, RuntimeConfig
 from realissim.spec.scene import SceneSpec
+from realissim.spec.state import StartState
 from realissim.twin.placement import place_object
+from realissim.twin.rests import tipped_rests
 
 pytestmark = pytest.mark.slow
 
@@ -348,3 +350,40 @@ def test_an_early_hold_pauses_both_arms_after_an_early_placement_without_an_alar
     held = np.asarray(targets[placed_at : placed_at + hold])
     assert np.abs(held - held[0]).max() < 1e-9, "the twin arm's targets must hold for `early_hold` frames"
     assert abs(targets[-1][0] - held[0][0]) > 0.01, "after the hold the arm must move on towards the policy's target"
+
+
+def test_a_t_standing_on_a_side_is_reported_and_the_arm_held_until_it_lies_flat_again(
+    online: tuple[Surrogate, Runtime],
+) -> None:
+    """The real T tipped onto its bar's top face (stem up) in place: the twin's T cannot stand, so nothing is
+    placed; the runtime reports the T tipped and holds the arm. Laid flat again, it is found and the loop resumes."""
+    world, runtime = online
+    home = np.asarray(runtime.scene.robot.home)
+    runtime.reset()
+    _settle(runtime, home, 10)
+    s = runtime.twin.state()
+    _, rests = tipped_rests(runtime.twin.model, int(runtime.sighting.object_bodies[0]))
+    (rest,) = [r for r in rests if np.allclose(quat_to_mat(r.quat) @ (0.0, 1.0, 0.0), (0.0, 0.0, -1.0))]
+    yaw = quat_yaw(s.object_quat[0])
+    x, y = s.object_pos[0, :2] + (0.03, -0.02)
+    standing = StartState.from_arrays(np.array([[x, y, rest.height]]), np.array([quat_mul(yaw_quat(yaw), rest.quat)]),
+                                      home)  # fmt: skip
+    world.reset(standing)  # the real T only: the twin's stays where it lay
+    reports, q_held = [], None
+    for _ in range(FPS):
+        reports.append(runtime.frame(home + np.array([0.1, 0.0, 0.0, -0.08, 0.0, 0.08, 0.0])))
+        if reports[-1].desynced and q_held is None:
+            q_held = world.oracle.read().q.copy()
+    assert q_held is not None and reports[-1].desynced and reports[-1].tipped == (0,), [r.tipped for r in reports[-5:]]
+    assert 0 in runtime.tipped and runtime.tipped[0].explained > 0.15
+    assert not any(a.placed for a in runtime.reacquisitions), "nothing placed for a T the twin cannot stand up"
+    assert np.abs(world.oracle.read().q - q_held).max() < 0.01, "the real arm moved while the T stood"
+
+    lying = StartState.from_arrays(np.array([[x, y, s.object_pos[0, 2]]]), np.array([yaw_quat(yaw)]), home)
+    world.reset(lying)  # set flat again (by a person, as a real T would be)
+    for _ in range(FPS):
+        report = runtime.frame(home)
+    assert not report.desynced and not report.tipped and not runtime.tipped
+    assert any(a.placed for a in runtime.reacquisitions)
+    pos, _ = _errors(world, report)
+    assert pos < 0.01, pos

@@ -76,6 +76,8 @@ class EpisodeResult:
     vetoed_alarms: int = 0
     """Online: how many times the detector's evidence would have fired but the alarm check's search found the
     objects where the twin had them (`RuntimeConfig.alarm_check`): no alarm."""
+    tipped_s: float = 0.0
+    """Online: simulated s during which the twin recognised an object standing on a side (`Runtime.tipped`)."""
     abandoned: bool = False
     """Online: ended early because the detector held the arm for `EnvConfig.max_held_s` without a break (the
     episode counts as it stands on ground truth: a failure unless the task was already solved)."""
@@ -103,6 +105,7 @@ class EpisodeResult:
             "reacquisitions": self.reacquisitions,
             "early_placements": self.early_placements,
             "vetoed_alarms": self.vetoed_alarms,
+            "tipped_s": self.tipped_s,
             "abandoned": self.abandoned,
         }
 
@@ -136,6 +139,7 @@ class _Judge:
             if report.desynced != was:
                 r.desync_events.append((float(frame.time), "fired" if report.desynced else "re-armed"))
             r.desynced_s += self.env.dt if report.desynced else 0.0
+            r.tipped_s += self.env.dt if report.tipped else 0.0
             r.reacquisitions += sum(a.placed for a in report.reacquisitions)
             r.early_placements += sum(a.placed and a.early for a in report.reacquisitions)
             r.vetoed_alarms += any(a.check for a in report.reacquisitions)  # (made only in sync)

@@ -151,6 +151,7 @@ class OnlineReport:
             "early_placements": int(sum(r.early_placements for r in done)),
             "vetoed_alarms": int(sum(r.vetoed_alarms for r in done)),
             "abandoned": int(sum(r.abandoned for r in done)),
+            "tipped_episodes": int(sum(r.tipped_s > 0 for r in done)),
             **detector_summary(self.finished),
             "median_episode_wall_s": float(np.median([r.wall_s for r in done])) if n else math.nan,
             "wall_s": self.wall_s,

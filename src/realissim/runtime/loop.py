@@ -35,7 +35,7 @@ from realissim.twin.color_fit import ColorFitConfig, fit_colors
 from realissim.twin.correction import CorrectionConfig, CorrectionResult, VisualCorrection
 from realissim.twin.physics import PhysicsConfig, TwinPhysics, check_targets
 from realissim.twin.placement import Placement, PlacementConfig, place_object
-from realissim.twin.reacquire import ObjectSearch, SearchConfig, SearchResult
+from realissim.twin.reacquire import ObjectSearch, SearchConfig, SearchResult, TippedPose
 from realissim.twin.shadows import ShadowFitConfig
 from realissim.twin.sighting import ObjectSighting, Sighting, SightingConfig
 from realissim.twin.state import TwinState, rest_state
@@ -228,6 +228,8 @@ class FrameReport:
     lead: float = float("nan")
     """How far the policy's desired tip was from the real arm's tip this frame, m, before the lead bound (NaN: not
     measured: offline, no bound, or held)."""
+    tipped: tuple[int, ...] = ()
+    """Objects recognised standing on a side after this frame (`Runtime.tipped`)."""
 
 
 class Runtime:
@@ -285,6 +287,9 @@ class Runtime:
                 self.search = ObjectSearch(self.correction.views, self.twin.model, config.search, self.sighting)
         self.reacquisitions: list[Reacquisition] = []
         """This episode's re-acquisition attempts, in order."""
+        self.tipped: dict[int, TippedPose] = {}
+        """Objects the latest search of each recognised standing on a side (`SearchConfig.tipped`), by index: the
+        twin's objects lie flat and cannot follow them, so the detector holds the arm until each is found lying."""
         self._stalled = False
         self._held_target: np.ndarray | None = None
         self._desired = self.twin.data.ctrl[self.twin.layout.actuators].copy()
@@ -333,6 +338,7 @@ class Runtime:
         self._lost = False
         self._frame = self._next_search = self._next_early = self._settle_left = 0
         self.reacquisitions = []
+        self.tipped = {}
 
     def calibrate(self) -> None:
         """Fit the twin's appearance to the real cameras (camera poses and intrinsics: from the world's calibration
@@ -494,7 +500,8 @@ class Runtime:
             t0 = clock()
             self.world.step()
             timing["world"] = clock() - t0
-        return FrameReport(state, result, timing, self.desynced, q_real, images, sightings, attempts, lead)
+        return FrameReport(state, result, timing, self.desynced, q_real, images, sightings, attempts, lead,
+                           tuple(self.tipped))  # fmt: skip
 
     def _reacquire(self, q_real: np.ndarray, images: np.ndarray, early: bool = False) -> tuple[Reacquisition, ...]:
         """Search every object in this frame's images; put each found one where the search found it (the twin arm
@@ -523,6 +530,16 @@ class Runtime:
                 if self.shaper is not None:
                     self.shaper.reset(self._held_target)
                 placement = place_object(self.twin, k, found.pos, found.quat, self.config.placement)
+            if found.tipped is not None:
+                if k not in self.tipped:
+                    t = found.tipped
+                    log.warning("frame %d: object %d is standing on a side (%s, at (%.3f, %.3f) m): the twin's "
+                                "objects lie flat and cannot follow it; the arm stays held until it lies flat again",
+                                self._frame, k, t.rest, t.pos[0], t.pos[1])  # fmt: skip
+                self.tipped[k] = found.tipped
+            elif found.found and k in self.tipped:
+                log.info("frame %d: object %d lies flat again", self._frame, k)
+                del self.tipped[k]
             attempt = Reacquisition(self._frame, k, found, placement, early)
             settled &= attempt.placed or (found.found and not better)
             attempts.append(attempt)

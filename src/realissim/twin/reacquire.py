@@ -33,6 +33,7 @@ from realissim.geometry import quat_mul, quat_to_mat, yaw_quat
 from realissim.render import rasterize
 from realissim.twin.correction import photometric_loss
 from realissim.twin.physics import TwinPhysics
+from realissim.twin.rests import Rest, tipped_rests
 from realissim.twin.shadows import ShadowCaster
 from realissim.twin.sighting import ObjectSighting, Sighting, SightingConfig, on_hue
 from realissim.twin.views import TwinViews, ViewWindow
@@ -96,6 +97,22 @@ class SearchConfig:
     explained the images worse than no T at all (corner profile, default gap otherwise: truth 1.275e-3, no T
     1.086e-3; shaded, truth 0.878e-3), so the search found nothing and the detector held the arm for the last 2.5 s
     of the episode (docs/decisions.md, "The search shades its candidates"). False: every candidate lit."""
+    tipped: bool = True
+    """When the object is not found lying, or found lying but explaining little (`tipped_below`), search its tipped
+    rests too (`twin.rests`: standing on a side of its hull, where it stays still), coloured one colour all over (the
+    faces the cameras never saw face them then). A real object that fell over is then recognised and reported, not
+    "found" lying where a lying one explains the images a little better than nothing. The twin does not place a
+    tipped object (its sphere layer would balance on a line); the detector goes on holding the arm. Corner profiles
+    with the T's friction ×1.6, seed 2: the real T stood on its bar's top face from 0.9 s, and the lying search
+    placed a flat T that explained 5–9 % of the images 2–4 times (docs/decisions.md, "A T standing on a side")."""
+    tipped_below: float = 0.15
+    """... and when the lying pose found explains less than this fraction of the object-absent loss (found lying,
+    the T explains 0.24–0.54, see `min_explained` and `shade`): a standing T was "found" lying at 0.05–0.09."""
+    tipped_explained: float = 0.15
+    """A tipped pose is recognised when it lowers the loss of the tipped search's window by at least this fraction
+    of the object-absent loss, ..."""
+    tipped_ratio: float = 2.0
+    """... and by at least this many times what the best lying pose lowers it."""
     sighting: SightingConfig = field(default_factory=SightingConfig)
     """The colour sighting that seeds the search (when `ObjectSearch` builds its own)."""
 
@@ -109,6 +126,27 @@ class SearchConfig:
             raise ValueError(f"min_hue: must be in [0, 1), got {self.min_hue}")
         if not 0 <= self.min_explained < 1:
             raise ValueError(f"min_explained: must be in [0, 1), got {self.min_explained}")
+        if not 0 <= self.tipped_explained < 1 or not self.tipped_ratio >= 1 or not 0 <= self.tipped_below < 1:
+            raise ValueError(f"tipped_explained, tipped_below: must be in [0, 1), tipped_ratio ≥ 1, got "
+                             f"{self.tipped_explained}, {self.tipped_below}, {self.tipped_ratio}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TippedPose:
+    """An object recognised standing on a side (`SearchConfig.tipped`). World frame."""
+
+    rest: str
+    """The rest's name (`twin.rests.Rest.name`)."""
+    pos: np.ndarray
+    """(3,) m: the body origin."""
+    quat: np.ndarray
+    """(4,) wxyz."""
+    yaw: float
+    """rad: the yaw about the world's z of the rest's orientation."""
+    explained: float
+    """Fraction of the tipped window's object-absent loss the pose removes."""
+    lying_explained: float
+    """... and the fraction the best lying pose removes."""
 
 
 @dataclass(frozen=True)
@@ -117,8 +155,9 @@ class SearchResult:
     window (lower is better), all under the same measure."""
 
     found: bool
-    """The object was seen and the best pose explains the images (`min_explained`); when False, `pos`/`quat`
-    are not to be used."""
+    """The object was seen and the best pose explains the images (`min_explained`), and better than the best tipped
+    pose where the tipped rests were searched (`SearchConfig.tipped`); when False, `pos`/`quat` are not to be
+    used."""
     pos: np.ndarray
     """(3,) m: the best position, at the twin's current object height (the twin's position if not seen)."""
     quat: np.ndarray
@@ -137,6 +176,8 @@ class SearchResult:
     """Candidate renders made."""
     sighting: ObjectSighting
     """The sighting that seeded the search."""
+    tipped: TippedPose | None = None
+    """Not found lying, but standing on a side (`SearchConfig.tipped`): where; `found` is then False."""
 
 
 class ObjectSearch:
@@ -154,8 +195,9 @@ class ObjectSearch:
         `config.sighting`."""
         if sighting is not None and sighting.views is not views:
             raise ValueError("sighting: must be of the same TwinViews as the search")
-        self.views, self.config = views, config
+        self.views, self.config, self.model = views, config, model
         self.sighting = sighting if sighting is not None else Sighting(views, model, config.sighting)
+        self._rests: dict[int, tuple[float, list[Rest]]] = {}
 
     def search(self, twin: TwinPhysics, q_real: ArrayLike, images: np.ndarray | Tensor, obj: int = 0) -> SearchResult:
         """Search object `obj` (index in `sighting.object_bodies`, the scene's object order) in the real images
@@ -192,7 +234,77 @@ class ObjectSearch:
             empty, scorer.renders, 1e3 * seconds,
         )  # fmt: skip
         quat = np.asarray(yaw_quat(yaw), dtype=np.float64)
-        return SearchResult(found, pos, quat, yaw, score, current, empty, seconds, scorer.renders, seen)
+        renders = scorer.renders
+        tipped = None
+        if self.config.tipped and score > (1.0 - self.config.tipped_below) * empty:
+            t_scorer = self._tipped_search(xpos, xquat, images, obj, seen, body)
+            if t_scorer is not None:
+                tipped, better = self._recognise(t_scorer, best, obj)
+                renders += t_scorer.renders
+                seconds = time.perf_counter() - start
+                found = found and not better  # over the same pixels, a tipped pose explains them better
+        return SearchResult(found, pos, quat, yaw, score, current, empty, seconds, renders, seen, tipped)
+
+    def _tipped_search(
+        self,
+        xpos: np.ndarray,
+        xquat: np.ndarray,
+        images: np.ndarray | Tensor,
+        obj: int,
+        seen: ObjectSighting,
+        body: int,
+    ) -> _Scorer | None:
+        """A scorer over the object's tipped rests (None: it has none)."""
+        if body not in self._rests:
+            self._rests[body] = tipped_rests(self.model, body)
+        lying, rests = self._rests[body]
+        if not rests:
+            return None
+        table = seen.height - lying
+        poses = [(np.array([1.0, 0.0, 0.0, 0.0]), seen.height)] + [(r.quat, table + r.height) for r in rests]
+        return _Scorer(self, xpos, xquat, images, obj, seen, poses)
+
+    def _recognise(
+        self, scorer: _Scorer, lying: tuple[float, float, float], obj: int
+    ) -> tuple[TippedPose | None, bool]:
+        """The best tipped pose if it explains the images clearly (`tipped_explained`, `tipped_ratio`), and whether
+        it explains them better than the best lying pose `lying` (both over the tipped search's window)."""
+        cfg = self.config
+        _, rests = self._rests[int(self.sighting.object_bodies[obj])]
+        empty, lying_score = scorer.score(None), scorer(lying)
+        # Coarse over every rest at once, the `keep` best refined one level, the best of them to the end.
+        seen = scorer.seen_sighting
+        x, y = (float(v) for v in seen.position)
+        sweep = [2 * math.pi * i / cfg.yaw_sweep for i in range(cfg.yaw_sweep)]
+        coarse: list[tuple[float, int, tuple[float, float, float]]] = []
+        for r in range(1, len(rests) + 1):
+            scorer.rest = r
+            coarse += [(scorer((x, y, a)), r, (x, y, a)) for a in seen.principal_yaws() + sweep]
+        coarse.sort(key=lambda c: c[0])
+        refined = []
+        for _, r, p in coarse[: cfg.keep]:
+            scorer.rest = r
+            p = self._refine(scorer, p, 0)
+            refined.append((scorer(p), r, p))
+        score, r, p = min(refined, key=lambda c: c[0])
+        scorer.rest = r
+        for level in range(1, cfg.levels):
+            p = self._refine(scorer, p, level)
+        score = scorer(p)
+        scorer.rest = 0
+        explained, lying_explained = 1.0 - score / empty, 1.0 - lying_score / empty
+        recognised = explained >= cfg.tipped_explained and explained >= cfg.tipped_ratio * max(lying_explained, 0.0)
+        log.info("search: object %d %s tipped (%s at (%.3f, %.3f) m, yaw %.1f°: explains %.2f, lying %.2f)", obj,
+                 "seen" if recognised else "not seen", rests[r - 1].name, p[0], p[1], math.degrees(p[2]), explained,
+                 lying_explained)  # fmt: skip
+        better = explained > lying_explained
+        if not recognised:
+            return None, better
+        quat, height = scorer.poses[r]
+        yaw = math.remainder(p[2], 2 * math.pi)
+        pose = TippedPose(rests[r - 1].name, np.array([p[0], p[1], height]), quat_mul(yaw_quat(yaw), quat), yaw,
+                          explained, lying_explained)  # fmt: skip
+        return pose, better
 
     def _optimise(self, scorer: _Scorer, seen: ObjectSighting) -> tuple[float, float, float]:
         """The best (x, y, yaw): coarse candidates, the `keep` best refined one level, the best to the end."""
@@ -257,15 +369,25 @@ class _Scorer:
         images: np.ndarray | Tensor,
         obj: int,
         seen: ObjectSighting,
+        poses: list[tuple[np.ndarray, float]] | None = None,
     ) -> None:
+        """`poses`: the orientations at yaw 0 (wxyz) and body heights (m) the candidates take, chosen by `rest`
+        (None: lying flat at the sighting's height, with the lying search's window)."""
         cfg, views = search.config, search.views
-        self.config, self.views, self.height = cfg, views, seen.height
+        self.config, self.views, self.height, self.seen_sighting = cfg, views, seen.height, seen
+        self.poses = poses if poses is not None else [(np.array([1.0, 0.0, 0.0, 0.0]), seen.height)]
+        self.rest = 0
         self.renders = 0
-        self._memo: dict[tuple[float, float, float], float] = {}
+        self._memo: dict[tuple[int, float, float, float], float] = {}
         mine = (views.body_index == int(search.sighting.object_bodies[obj])).cpu().numpy()
         local = [t.detach().cpu().numpy() for t in views.local.args()]
         keep = mine.copy()
         keep[mine] = on_hue(local[3][mine].astype(np.float64), search.sighting.references()[obj], cfg.min_hue)
+        if poses is not None:  # tipped: faces the cameras never saw (the bottom) face them; one colour all over,
+            # the median of the object's on-hue Gaussians, on every Gaussian of the object
+            local[3] = local[3].copy()
+            local[3][mine] = np.median(local[3][keep], axis=0)
+            keep = mine
         self._local = [a[keep] for a in local]
         shadow = views.shadow
         self._shade: tuple[np.ndarray, Tensor, tuple[Tensor, Tensor, Tensor], ShadowCaster] | None = None
@@ -273,8 +395,15 @@ class _Scorer:
             keep_t = torch.from_numpy(keep)
             normals = shadow.body_normals[keep_t].cpu().numpy().astype(np.float64)
             self._shade = (normals, shadow.flat[keep_t].cpu(), shadow.robot_casters(xpos, xquat), shadow)
-        reach = float(search.sighting.object_radius[obj]) + cfg.step_xy
-        self.window = _search_window(views, seen, reach, self._local[0], cfg.window_margin)
+        if poses is None:
+            reach = float(search.sighting.object_radius[obj]) + cfg.step_xy
+            z = self._local[0][:, 2]
+            heights = seen.height + np.array([z.min(), z.max()])
+        else:  # every rest's extent: its planar reach and its heights
+            turned = [self._local[0].astype(np.float64) @ quat_to_mat(q).T + (0.0, 0.0, h) for q, h in poses]
+            reach = max(float(np.linalg.norm(t[:, :2], axis=1).max()) for t in turned) + cfg.step_xy
+            heights = np.array([min(t[:, 2].min() for t in turned), max(t[:, 2].max() for t in turned)])
+        self.window = _search_window(views, seen, reach, heights, cfg.window_margin)
         moving = views.moving(xpos, xquat)
         fixed = [t.detach()[torch.as_tensor(~mine, device=t.device)] for t in moving.args()]
         if views.static_layer is None:  # gsplat: the ground is rasterised with everything else
@@ -287,10 +416,14 @@ class _Scorer:
         self._target = self._compared(self._seen)
 
     def __call__(self, p: tuple[float, float, float]) -> float:
-        """Loss with the object flat at x, y (m), yaw (rad) and the current height."""
-        if p not in self._memo:
-            self._memo[p] = self.score(self.at_body_pose(np.array([p[0], p[1], self.height]), yaw_quat(p[2])))
-        return self._memo[p]
+        """Loss with the object at x, y (m), yaw (rad) in the rest `self.rest` of `self.poses` (0 by default: flat
+        at the current height)."""
+        key = (self.rest, *p)
+        if key not in self._memo:
+            quat, height = self.poses[self.rest]
+            self._memo[key] = self.score(self.at_body_pose(np.array([p[0], p[1], height]),
+                                                           quat_mul(yaw_quat(p[2]), quat)))  # fmt: skip
+        return self._memo[key]
 
     def at_body_pose(self, pos: ArrayLike, quat: ArrayLike) -> list[np.ndarray]:
         """The object's Gaussians (numpy arrays, float32) with its body at pos (3,) m, quat (4,) wxyz."""
@@ -331,12 +464,11 @@ class _Scorer:
 
 
 def _search_window(
-    views: TwinViews, seen: ObjectSighting, reach: float, local_means: np.ndarray, margin: int
+    views: TwinViews, seen: ObjectSighting, reach: float, heights: np.ndarray, margin: int
 ) -> ViewWindow:
     """The window of every camera covering the object anywhere within `reach` m of the sighting, at any yaw
-    (`local_means` (N,3) its Gaussians' means in its body frame)."""
-    z = local_means[:, 2]
+    (`heights` (2,) m: the lowest and highest its Gaussians' means reach)."""
     angles = np.linspace(0.0, 2 * math.pi, 16, endpoint=False)
     ring = np.stack([np.cos(angles), np.sin(angles)], axis=1) * reach / math.cos(math.pi / 16) + seen.position
-    pts = [np.column_stack([ring, np.full(len(ring), seen.height + dz)]) for dz in (z.min(), z.max())]
+    pts = [np.column_stack([ring, np.full(len(ring), z)]) for z in heights]
     return views.window(np.concatenate(pts), margin, multiple=8)

@@ -9,6 +9,7 @@ the twin's object with the oracle every frame (evaluation only) and keeps the lo
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -86,6 +87,8 @@ class SyncObserver(EpisodeObserver):
         self.truth = None
         self.speed: list[float] = []
         """The real T's planar speed at each frame, m/s (evaluation only: from the oracle)."""
+        self.tilt: list[float] = []
+        """The real T's tilt from lying (its body z from the world's), rad (evaluation only: from the oracle)."""
         self._last: tuple[float, np.ndarray] | None = None
 
     def on_reset(self, env: Env, observation: Observation) -> None:
@@ -101,6 +104,8 @@ class SyncObserver(EpisodeObserver):
         last = self._last
         self.speed.append(float(np.linalg.norm(where - last[1]) / (now - last[0])) if last and now > last[0] else 0.0)
         self._last = (now, where)
+        _, x, y, _ = self.truth.object_quat[0]
+        self.tilt.append(math.acos(float(np.clip(1.0 - 2.0 * (x * x + y * y), -1.0, 1.0))))
         s = report.state
         self.recorder.add(float(s.time), s.object_pos[0], s.object_quat[0], self.truth.object_pos[0],
                           self.truth.object_quat[0])  # fmt: skip
@@ -186,6 +191,13 @@ def run_scenario(
     out["vetoed_alarms"] = episode.vetoed_alarms
     out["check_ms"] = out["timing_ms"].get("check", 0.0)  # median over the frames the alarm check searched
     out["desynced_s"] = episode.desynced_s
+    # A real T standing on a side is a state the twin's flat objects cannot take (the runtime recognises it and
+    # holds the arm): how long it lasted (oracle, tilt > 30°), how long the twin said so, and the error over the
+    # frames with the real T lying (evaluation only: these do not replace the keys above).
+    tipped = np.asarray(sync.tilt) > math.radians(30.0)
+    out["real_tipped_s"] = float(tipped.sum() * env.dt)
+    out["tipped_s"] = episode.tipped_s
+    out["pos_err_p95_lying_mm"] = float(np.percentile(pos[~tipped], 95)) if (~tipped).any() else math.nan
     out["task"] = episode.final
     times, errors = np.asarray(sync.recorder.times), np.asarray(sync.recorder.pos_err)
     score = detector_score(times, errors, np.asarray(sync.desynced), min_duration=LOSS_MIN_S, within=LOSS_MIN_S,
