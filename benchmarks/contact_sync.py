@@ -50,7 +50,7 @@ KEYS = (
     ("moving_fraction", "frames with the T moving"),
     ("real_tipped_s", "real T standing on a side, oracle (s)"),
     ("tipped_s", "... recognised by the twin (s)"),
-    ("pos_err_p95_lying_mm", "position error, p95 with the real T lying (mm)"),
+    ("pos_err_p95_lying_mm", "position error, p95, real T lying (mm)"),
     ("loop_hz", "loop rate (Hz)"),
 )
 

@@ -12,6 +12,11 @@ each pixel's chromaticity, which shadows and shading the twin does not render le
 candidates are refined coarse to fine by pattern
 search (±step in x, y and yaw, steps halved per level). Everything is deterministic.
 
+An object that fell onto a side (a real T standing on its bar's top face) is no lying pose: when the lying search
+finds nothing, or little, the object's tipped rests (`twin.rests`) are searched the same way, and a tipped pose
+that explains the images clearly is reported (`SearchResult.tipped`) instead of a lying one; the twin does not
+place it (`SearchConfig.tipped`).
+
 `twin.placement.place_object` then moves the twin's object to the found pose.
 """
 
@@ -374,7 +379,7 @@ class _Scorer:
         """`poses`: the orientations at yaw 0 (wxyz) and body heights (m) the candidates take, chosen by `rest`
         (None: lying flat at the sighting's height, with the lying search's window)."""
         cfg, views = search.config, search.views
-        self.config, self.views, self.height, self.seen_sighting = cfg, views, seen.height, seen
+        self.config, self.views, self.seen_sighting = cfg, views, seen
         self.poses = poses if poses is not None else [(np.array([1.0, 0.0, 0.0, 0.0]), seen.height)]
         self.rest = 0
         self.renders = 0

@@ -192,9 +192,10 @@ def run_scenario(
     out["check_ms"] = out["timing_ms"].get("check", 0.0)  # median over the frames the alarm check searched
     out["desynced_s"] = episode.desynced_s
     # A real T standing on a side is a state the twin's flat objects cannot take (the runtime recognises it and
-    # holds the arm): how long it lasted (oracle, tilt > 30°), how long the twin said so, and the error over the
-    # frames with the real T lying (evaluation only: these do not replace the keys above).
-    tipped = np.asarray(sync.tilt) > math.radians(30.0)
+    # holds the arm): how long it lasted (oracle, tilted 30°–150°: upside down it lies flat, and the T looks the
+    # same), how long the twin said so, and the error over the frames with the real T lying (evaluation only:
+    # these do not replace the keys above).
+    tipped = np.abs(np.cos(np.asarray(sync.tilt))) < math.cos(math.radians(30.0))
     out["real_tipped_s"] = float(tipped.sum() * env.dt)
     out["tipped_s"] = episode.tipped_s
     out["pos_err_p95_lying_mm"] = float(np.percentile(pos[~tipped], 95)) if (~tipped).any() else math.nan
