@@ -137,11 +137,14 @@ def test_pushes_the_t_follows_are_kept_and_a_t_that_moves_before_the_tip_returns
     task: Task, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Pushes planned ahead (appended to the plan, for where the push still under way will leave the T) are checked
-    like fresh ones: while the tip goes round an undisturbed T to its next push, nothing is dropped; a T that moves
-    1.5 cm meanwhile (the tip still within `lost` of it) drops the push. (Fails with stop 52's defect, an appended
-    push's travel checked as pushing, and without `predict`.)"""
-    config = RandomPushesConfig(seed=0)
-    assert kinematic_episode(task, config, 8.0).replans == 0
+    like fresh ones: while the tip goes round an undisturbed T to its next push, hardly anything is dropped; a T
+    that moves 1.5 cm meanwhile (the tip still within `lost` of it) drops the push. (Fails with stop 52's defect, an
+    appended push's travel checked as pushing, and without `predict`.) Undisturbed, a push is still dropped now and
+    then where the T, pushed sideways off the rod, ends more than `stale` from where the push was planned for: one
+    drop in 3 of these 12 seeds (the same count before the first move from home stopped at its corners)."""
+    drops = [kinematic_episode(task, RandomPushesConfig(seed=s), 8.0).replans for s in range(12)]
+    assert sum(drops) <= 4 and max(drops) <= 1, drops
     with caplog.at_level(logging.DEBUG, logger="realissim.expert.random_pushes"):
-        assert kinematic_episode(task, config, 8.0, knock=0.015).replans > 0
+        knocked = [kinematic_episode(task, RandomPushesConfig(seed=s), 8.0, knock=0.015).replans for s in range(12)]
+    assert sum(knocked) >= sum(drops) + 6, (knocked, drops)  # measured 14 against 3
     assert any("(T moved)" in r.getMessage() for r in caplog.records)  # dropped for the moved T, not as lost

@@ -84,7 +84,11 @@ class RandomPushesConfig:
     """Pushes drawn per choice; the one with the shortest way there is taken (each corner counted as 10 cm, the
     tip stopping there)."""
     through: bool = True
-    """The tip turns the corners of its way round the T without stopping (one speed profile over the way)."""
+    """The tip turns the corners of its way round the T without stopping (one speed profile over the way). A way
+    that comes down from `hover` (the first move from home) stops at its corners all the same: the arm rounds a
+    corner taken at travel speed, and coming down it then cut over the T's edge — with the T's friction ×1.6 the
+    rod, landing on the edge, stood the T on its side (corner profiles, seed 2: docs/decisions.md, "A T standing on
+    a side")."""
     tries: int = 6
     """Draws of a push before one the arm can follow is given up on (1: the first draw, as stops 35–51)."""
     slack: float = 1.2
@@ -335,7 +339,8 @@ class RandomPushes:
             _, travel, start, end = best
         step = cfg.horizon / cfg.waypoints
         push = np.array([[*start, z], [*end, z]])  # no lift: the next push may go on from here
-        way = sample_path(travel, cfg.travel_speed, step, accel=cfg.accel, through=cfg.through)
+        descends = bool(np.any(np.diff(travel[:, 2]) < -0.5 * (h - z)))  # from hover height, down behind the contact
+        way = sample_path(travel, cfg.travel_speed, step, accel=cfg.accel, through=cfg.through and not descends)
         pushing = sample_path(push, float(self._rng.uniform(*cfg.speed)), step, accel=cfg.accel)[1:]
         return np.concatenate([way, pushing]), len(way)
 
