@@ -85,10 +85,10 @@ class RandomPushesConfig:
     tip stopping there)."""
     through: bool = True
     """The tip turns the corners of its way round the T without stopping (one speed profile over the way). A way
-    that comes down from `hover` (the first move from home) stops at its corners all the same: the arm rounds a
-    corner taken at travel speed, and coming down it then cut over the T's edge — with the T's friction ×1.6 the
-    rod, landing on the edge, stood the T on its side (corner profiles, seed 2: docs/decisions.md, "A T standing on
-    a side")."""
+    that comes down from `hover` (the first move from home; with `travel` "lift", every way) stops at its corners:
+    the arm rounds a corner taken at travel speed, and coming down it then cut over the T's edge — with the T's
+    friction ×1.6 the rod, landing on the edge, stood the T on its side (corner profiles, seed 2: docs/decisions.md,
+    "A T standing on a side")."""
     tries: int = 6
     """Draws of a push before one the arm can follow is given up on (1: the first draw, as stops 35–51)."""
     slack: float = 1.2

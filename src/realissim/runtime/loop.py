@@ -577,6 +577,9 @@ class Runtime:
         t0 = time.perf_counter()
         results = [self.search.search(self.twin, q_real, images, k) for k in range(len(self.sighting.object_bodies))]
         self._checked = (results, time.perf_counter() - t0)
+        for k, found in enumerate(results):  # found lying: no longer standing (a veto skips `_reacquire`)
+            if found.found:
+                self.tipped.pop(k, None)
         state = self.twin.state()  # the objects' poses the search compared against (from qpos, as it does)
         confirmed = False
         for k, found in enumerate(results):

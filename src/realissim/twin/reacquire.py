@@ -247,7 +247,7 @@ class ObjectSearch:
                 tipped, better = self._recognise(t_scorer, best, obj)
                 renders += t_scorer.renders
                 seconds = time.perf_counter() - start
-                found = found and not better  # over the same pixels, a tipped pose explains them better
+                found = found and not better and tipped is None  # a tipped pose explains the same pixels better
         return SearchResult(found, pos, quat, yaw, score, current, empty, seconds, renders, seen, tipped)
 
     def _tipped_search(
@@ -391,7 +391,7 @@ class _Scorer:
         if poses is not None:  # tipped: faces the cameras never saw (the bottom) face them; one colour all over,
             # the median of the object's on-hue Gaussians, on every Gaussian of the object
             local[3] = local[3].copy()
-            local[3][mine] = np.median(local[3][keep], axis=0)
+            local[3][mine] = np.median(local[3][keep if keep.any() else mine], axis=0)
             keep = mine
         self._local = [a[keep] for a in local]
         shadow = views.shadow
