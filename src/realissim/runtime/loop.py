@@ -530,16 +530,7 @@ class Runtime:
                 if self.shaper is not None:
                     self.shaper.reset(self._held_target)
                 placement = place_object(self.twin, k, found.pos, found.quat, self.config.placement)
-            if found.tipped is not None:
-                if k not in self.tipped:
-                    t = found.tipped
-                    log.warning("frame %d: object %d is standing on a side (%s, at (%.3f, %.3f) m): the twin's "
-                                "objects lie flat and cannot follow it; the arm stays held until it lies flat again",
-                                self._frame, k, t.rest, t.pos[0], t.pos[1])  # fmt: skip
-                self.tipped[k] = found.tipped
-            elif found.found and k in self.tipped:
-                log.info("frame %d: object %d lies flat again", self._frame, k)
-                del self.tipped[k]
+            self._note_tipped(k, found)
             attempt = Reacquisition(self._frame, k, found, placement, early)
             settled &= attempt.placed or (found.found and not better)
             attempts.append(attempt)
@@ -569,6 +560,19 @@ class Runtime:
         self.reacquisitions.extend(attempts)
         return tuple(attempts)
 
+    def _note_tipped(self, k: int, found: SearchResult) -> None:
+        """`tipped` after a search of object `k`: set (a warning the first time) when it saw the object standing on a
+        side, cleared when it found the object lying."""
+        if found.tipped is not None:
+            if k not in self.tipped:
+                t = found.tipped
+                log.warning("frame %d: object %d is standing on a side (%s, at (%.3f, %.3f) m): the twin's objects lie "
+                            "flat and cannot follow it; the arm stays held until it lies flat again", self._frame, k,
+                            t.rest, t.pos[0], t.pos[1])  # fmt: skip
+            self.tipped[k] = found.tipped
+        elif found.found and self.tipped.pop(k, None) is not None:
+            log.info("frame %d: object %d lies flat again", self._frame, k)
+
     def _loss_confirmed(self, q_real: np.ndarray, images: np.ndarray) -> bool:
         """The alarm check (`RuntimeConfig.alarm_check`): search every object in this frame's images; the loss is
         confirmed unless each is found within the check's distance and yaw of the twin's pose. The searches are
@@ -577,9 +581,8 @@ class Runtime:
         t0 = time.perf_counter()
         results = [self.search.search(self.twin, q_real, images, k) for k in range(len(self.sighting.object_bodies))]
         self._checked = (results, time.perf_counter() - t0)
-        for k, found in enumerate(results):  # found lying: no longer standing (a veto skips `_reacquire`)
-            if found.found:
-                self.tipped.pop(k, None)
+        for k, found in enumerate(results):  # (a veto skips `_reacquire`)
+            self._note_tipped(k, found)
         state = self.twin.state()  # the objects' poses the search compared against (from qpos, as it does)
         confirmed = False
         for k, found in enumerate(results):

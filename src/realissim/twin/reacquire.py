@@ -244,7 +244,7 @@ class ObjectSearch:
         if self.config.tipped and score > (1.0 - self.config.tipped_below) * empty:
             t_scorer = self._tipped_search(xpos, xquat, images, obj, seen, body)
             if t_scorer is not None:
-                tipped, better = self._recognise(t_scorer, best, obj)
+                tipped, better = self._recognise(t_scorer, seen, best, obj)
                 renders += t_scorer.renders
                 seconds = time.perf_counter() - start
                 found = found and not better and tipped is None  # a tipped pose explains the same pixels better
@@ -270,7 +270,7 @@ class ObjectSearch:
         return _Scorer(self, xpos, xquat, images, obj, seen, poses)
 
     def _recognise(
-        self, scorer: _Scorer, lying: tuple[float, float, float], obj: int
+        self, scorer: _Scorer, seen: ObjectSighting, lying: tuple[float, float, float], obj: int
     ) -> tuple[TippedPose | None, bool]:
         """The best tipped pose if it explains the images clearly (`tipped_explained`, `tipped_ratio`), and whether
         it explains them better than the best lying pose `lying` (both over the tipped search's window)."""
@@ -278,7 +278,6 @@ class ObjectSearch:
         _, rests = self._rests[int(self.sighting.object_bodies[obj])]
         empty, lying_score = scorer.score(None), scorer(lying)
         # Coarse over every rest at once, the `keep` best refined one level, the best of them to the end.
-        seen = scorer.seen_sighting
         x, y = (float(v) for v in seen.position)
         sweep = [2 * math.pi * i / cfg.yaw_sweep for i in range(cfg.yaw_sweep)]
         coarse: list[tuple[float, int, tuple[float, float, float]]] = []
@@ -379,7 +378,7 @@ class _Scorer:
         """`poses`: the orientations at yaw 0 (wxyz) and body heights (m) the candidates take, chosen by `rest`
         (None: lying flat at the sighting's height, with the lying search's window)."""
         cfg, views = search.config, search.views
-        self.config, self.views, self.seen_sighting = cfg, views, seen
+        self.config, self.views = cfg, views
         self.poses = poses if poses is not None else [(np.array([1.0, 0.0, 0.0, 0.0]), seen.height)]
         self.rest = 0
         self.renders = 0
