@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -277,23 +278,8 @@ class ObjectSearch:
         cfg = self.config
         _, rests = self._rests[int(self.sighting.object_bodies[obj])]
         empty, lying_score = scorer.score(None), scorer(lying)
-        # Coarse over every rest at once, the `keep` best refined one level, the best of them to the end.
-        x, y = (float(v) for v in seen.position)
-        sweep = [2 * math.pi * i / cfg.yaw_sweep for i in range(cfg.yaw_sweep)]
-        coarse: list[tuple[float, int, tuple[float, float, float]]] = []
-        for r in range(1, len(rests) + 1):
-            scorer.rest = r
-            coarse += [(scorer((x, y, a)), r, (x, y, a)) for a in seen.principal_yaws() + sweep]
-        coarse.sort(key=lambda c: c[0])
-        refined = []
-        for _, r, p in coarse[: cfg.keep]:
-            scorer.rest = r
-            p = self._refine(scorer, p, 0)
-            refined.append((scorer(p), r, p))
-        score, r, p = min(refined, key=lambda c: c[0])
+        r, p = self._descend(scorer, seen, range(1, len(rests) + 1), distinct=False, vertex=False)
         scorer.rest = r
-        for level in range(1, cfg.levels):
-            p = self._refine(scorer, p, level)
         score = scorer(p)
         scorer.rest = 0
         explained, lying_explained = 1.0 - score / empty, 1.0 - lying_score / empty
@@ -311,24 +297,43 @@ class ObjectSearch:
         return pose, better
 
     def _optimise(self, scorer: _Scorer, seen: ObjectSighting) -> tuple[float, float, float]:
-        """The best (x, y, yaw): coarse candidates, the `keep` best refined one level, the best to the end."""
+        """The best lying (x, y, yaw) (`_descend` over the flat rest, candidates apart in yaw, then the vertex)."""
+        return self._descend(scorer, seen, (0,), distinct=True, vertex=True)[1]
+
+    def _descend(
+        self, scorer: _Scorer, seen: ObjectSighting, rests: Iterable[int], distinct: bool, vertex: bool
+    ) -> tuple[int, tuple[float, float, float]]:
+        """The best (rest, (x, y, yaw)) over `rests` (indices into `scorer.poses`): coarse candidates at the
+        sighting's centroid (its principal yaws and `yaw_sweep` even ones, every rest), the `keep` best (with
+        `distinct`, ≥ `step_yaw` apart in yaw within a rest) refined one level, the best of them to the last level;
+        with `vertex`, a parabola's vertex then where it scores lower. Leaves `scorer.rest` at the best rest."""
         cfg = self.config
         x, y = (float(v) for v in seen.position)
-        sweep = [2 * math.pi * i / cfg.yaw_sweep for i in range(cfg.yaw_sweep)]
-        coarse = [(x, y, a) for a in seen.principal_yaws() + sweep]
-        ranked = sorted(coarse, key=lambda p: (scorer(p), coarse.index(p)))
-        kept: list[tuple[float, float, float]] = []
-        for p in ranked:
-            if all(abs(math.remainder(p[2] - q[2], 2 * math.pi)) >= cfg.step_yaw for q in kept):
-                kept.append(p)
+        yaws = seen.principal_yaws() + [2 * math.pi * i / cfg.yaw_sweep for i in range(cfg.yaw_sweep)]
+        coarse: list[tuple[float, int, tuple[float, float, float]]] = []
+        for r in rests:
+            scorer.rest = r
+            coarse += [(scorer((x, y, a)), r, (x, y, a)) for a in yaws]
+        kept: list[tuple[float, int, tuple[float, float, float]]] = []
+        for c in sorted(coarse, key=lambda c: c[0]):  # (stable: ties keep the candidates' order)
+            apart = (k[1] != c[1] or abs(math.remainder(c[2][2] - k[2][2], 2 * math.pi)) >= cfg.step_yaw for k in kept)
+            if not distinct or all(apart):
+                kept.append(c)
             if len(kept) == cfg.keep:
                 break
-        refined = [self._refine(scorer, p, 0) for p in kept]
-        best = min(refined, key=lambda p: (scorer(p), refined.index(p)))
+        refined = []
+        for _, r, p in kept:
+            scorer.rest = r
+            p = self._refine(scorer, p, 0)
+            refined.append((scorer(p), r, p))
+        _, r, p = min(refined, key=lambda c: c[0])
+        scorer.rest = r
         for level in range(1, cfg.levels):
-            best = self._refine(scorer, best, level)
-        vertex = self._vertex(scorer, best, cfg.levels - 1)
-        return vertex if scorer(vertex) < scorer(best) else best
+            p = self._refine(scorer, p, level)
+        if vertex:
+            v = self._vertex(scorer, p, cfg.levels - 1)
+            p = v if scorer(v) < scorer(p) else p
+        return r, p
 
     def _vertex(self, scorer: _Scorer, p: tuple[float, float, float], level: int) -> tuple[float, float, float]:
         """The vertex of a parabola through each coordinate's three scores at the last level (already scored):
