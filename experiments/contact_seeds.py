@@ -13,6 +13,7 @@ seed's tail, so compare settings on means and on per-seed counts over a dozen se
     python experiments/contact_seeds.py --lead-path 1.0 --out path.jsonl   # RuntimeConfig.lead_path_s
     python experiments/contact_seeds.py --early-search 0.5 --out early.jsonl   # RuntimeConfig.early_search
     python experiments/contact_seeds.py --no-alarm-check --out evidence.jsonl   # RuntimeConfig.alarm_check None
+    python experiments/contact_seeds.py --rest-eps2d 0.01 --out rest.jsonl   # CorrectionConfig.rest_eps2d
     python experiments/contact_seeds.py --pushes stop51 --out stop51.jsonl   # stops 35–51's pushes
 
 Run one at a time: two lock-step pairs at once on a 2-core machine ran ten times slower each (the rasteriser's and
@@ -75,6 +76,8 @@ class Args:
     """`RuntimeConfig.early_search` (None: its default)."""
     no_alarm_check: bool = False
     """`RuntimeConfig.alarm_check` None: the detector fires on its evidence alone."""
+    rest_eps2d: float | None = None
+    """`CorrectionConfig.rest_eps2d`, px² (None: its default); a negative value: None (off)."""
     pushes: Literal["closed", "stop51"] = "closed"
     """The scenario's pushes (`ScenarioConfig.pushes`): "stop51" for stops 35–51's."""
     threads: int | None = None
@@ -91,6 +94,8 @@ def main(args: Args) -> list[dict]:
         correction = replace(correction, integral=args.integral)
     if args.discharge is not None:
         correction = replace(correction, integral_discharge=tuple(args.discharge))
+    if args.rest_eps2d is not None:
+        correction = replace(correction, rest_eps2d=None if args.rest_eps2d < 0 else args.rest_eps2d)
     runtime = replace(runtime, correction=correction)
     if args.lead_path is not None:
         runtime = replace(runtime, lead_path_s=args.lead_path)
@@ -105,6 +110,8 @@ def main(args: Args) -> list[dict]:
                 "discharge": discharge, "lead_path_s": runtime.lead_path_s,
                 "lead_lag_frames": runtime.lead_lag_frames, "early_search": runtime.early_search,
                 "alarm_check": runtime.alarm_check, "pushes": args.pushes}  # fmt: skip
+    if correction.rest_eps2d is not None:  # (absent otherwise: rows written before the option still resume)
+        settings["rest_eps2d"] = correction.rest_eps2d
     rows = {}
     if args.out.exists():
         for line in args.out.read_text().splitlines():

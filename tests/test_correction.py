@@ -372,3 +372,28 @@ def test_the_blur_smooths_both_images_alike(setup) -> None:
 
     plain, blurred = loss(CorrectionConfig()), loss(CorrectionConfig(blur=0.7))
     assert blurred[0] != pytest.approx(plain[0], rel=1e-3) and blurred[1] > 0.2
+
+
+def test_the_views_sharpen_once_the_object_rests_and_widen_when_it_moves(setup) -> None:
+    """With `rest_eps2d` the correction renders with that low-pass after `rest_frames` frames in which every object
+    was slower than `rest_speed`, and with the views' own again from the first faster frame (or without a
+    velocity); the low-pass reaches the render (the loss changes with it) and the pull still points at the T."""
+    twin, views, _ = setup
+    twin.reset()
+    images = _render_with_t_moved(twin, views, dx=0.01)
+    robot_qpos = twin.layout.robot_qpos
+    config = CorrectionConfig(rest_eps2d=0.01, rest_frames=3, rest_speed=0.03)
+    correction = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)
+    poses = correction.poses(twin.data.qpos, robot_qpos, twin.data.qpos[robot_qpos])
+    still, moving = np.zeros((1, 6)), np.array([[0.05, 0.0, 0.0, 0.0, 0.0, 0.0]])
+    slow = np.array([[0.02, 0.0, -0.2, 0.0, 0.0, 0.0]])  # falling is not sliding: the planar speed counts
+    results = [correction(*poses, images, v) for v in (still, still, slow, still, moving, still, None, still)]
+    assert [r.eps2d for r in results] == [views.eps2d] * 2 + [0.01] * 2 + [views.eps2d] * 4
+    assert results[2].loss_before != pytest.approx(results[1].loss_before, rel=1e-3)
+    assert all(r.wrenches[0, 0] > 0.2 for r in results), [r.wrenches[0] for r in results]
+    correction.reset()  # a new episode starts moving
+    assert correction(*poses, images, still).eps2d == views.eps2d
+    off = VisualCorrection(views, twin.model, CorrectionConfig(), frame_dt=twin.dt)
+    assert all(off(*poses, images, still).eps2d == views.eps2d for _ in range(8))
+    with pytest.raises(ValueError, match="rest_eps2d"):
+        CorrectionConfig(rest_eps2d=-0.1)

@@ -110,10 +110,23 @@ class CorrectionConfig:
     """An object within this distance of static geometry counts as resting on it, m, contact or not: without it a
     T that hopped a millimetre got the full pull into the table (the force cap, 20 N), bounced, and slid off
     with no friction to hold it (docs/decisions.md, "Support within a margin")."""
+    rest_eps2d: float | None = None
+    """px²: the renderer's low-pass in the correction's views while the twin's objects rest (each slower than
+    `rest_speed` for `rest_frames` frames); None: always the views' own (`TwinViews.eps2d`). Sharper edges place a
+    resting object more precisely, but narrow the loss's basin, which a push outruns (docs/decisions.md, "Sharper
+    at rest")."""
+    rest_speed: float = 0.03
+    """With `rest_eps2d`: m/s, the twin's objects' planar speed below which they count as still."""
+    rest_frames: int = 6
+    """With `rest_eps2d`: consecutive still frames before the sharper views are used."""
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
             raise ValueError(f"iterations: must be ≥ 1, got {self.iterations}")
+        if self.rest_eps2d is not None and not self.rest_eps2d >= 0:
+            raise ValueError(f"rest_eps2d: must be None or ≥ 0 px², got {self.rest_eps2d}")
+        if not self.rest_speed >= 0 or self.rest_frames < 0:
+            raise ValueError(f"rest_speed, rest_frames: must be ≥ 0, got {self.rest_speed}, {self.rest_frames}")
         if self.integral_discharge is not None and not (
             len(self.integral_discharge) == 2 and all(v >= 0 for v in self.integral_discharge)
         ):
@@ -146,6 +159,8 @@ class CorrectionResult:
     stages: dict[str, float] = field(default_factory=dict)
     saturated: bool = False
     """Whether some object's force reached `max_force` (and was capped): the pull could not follow the images."""
+    eps2d: float = float("nan")
+    """px²: the renderer's low-pass this frame's views were rendered with (`CorrectionConfig.rest_eps2d` at rest)."""
 
     @property
     def residual(self) -> float:
@@ -221,14 +236,17 @@ class VisualCorrection:
         lin = np.minimum(2 * config.damping_ratio * np.sqrt(config.stiffness * mass), mass / frame_dt)
         rot = np.minimum(2 * config.damping_ratio * np.sqrt(config.rot_stiffness * inertia), inertia / frame_dt)
         self._damping = np.concatenate([np.repeat(lin, 3, axis=1), np.repeat(rot, 3, axis=1)], axis=1)
+        """(K,6) damping per body: N·s/m on linear and N·m·s/rad on angular velocity."""
         self._frame_dt = frame_dt
         self._accumulated = np.zeros((len(self.object_bodies), 6))
         """rigid: the leaky sum of found translations (m) and rotations (rad), (K,6)."""
-        """(K,6) damping per body: N·s/m on linear and N·m·s/rad on angular velocity."""
+        self._still = 0
+        """Consecutive frames the objects were still (`CorrectionConfig.rest_eps2d`)."""
 
     def reset(self) -> None:
         """Forget what accumulated over the frames (a new episode)."""
         self._accumulated[:] = 0.0
+        self._still = 0
 
     def correct(self, twin: TwinPhysics, q_real: ArrayLike, images: Tensor) -> CorrectionResult:
         """This frame's correction of `twin` (not applied): the robot placed at the real arm's measured joints
@@ -268,10 +286,16 @@ class VisualCorrection:
         `velocity` (K,6) [linear m/s, angular rad/s] of the objects, world frame, feeds rigid mode's damping;
         `support` (K,3), the normals of what each object rests on (`twin.support.support_normals`; zero rows
         for none), keeps only the in-plane part of a resting object's wrench. Forces are then capped at
-        `max_force`."""
+        `max_force`. With `rest_eps2d`, `velocity` also says whether the objects rest (None: they do not)."""
         start = time.perf_counter()
         stages = dict.fromkeys(("prepare", "forward", "backward", "optimiser"), 0.0)
         cfg, views = self.config, self.views
+        eps2d = views.eps2d
+        if cfg.rest_eps2d is not None:
+            planar = None if velocity is None else np.linalg.norm(np.asarray(velocity)[:, :2], axis=1)
+            still = planar is not None and bool(np.all(planar < cfg.rest_speed))
+            self._still = self._still + 1 if still else 0
+            eps2d = cfg.rest_eps2d if still and self._still >= cfg.rest_frames else eps2d
         target = images.to(torch.float32) / 255.0 if images.dtype == torch.uint8 else images.to(torch.float32)
         expected = (len(views.cameras), views.height, views.width, 3)
         if tuple(target.shape) != expected:
@@ -291,12 +315,14 @@ class VisualCorrection:
             fixed = Gaussians(*(t[keep] for t in fixed.args()))
         rest = [t[self._obj] for t in (g.scales, g.colors, g.opacities)]
         if cfg.mode == "rigid":
-            wrenches, moved, losses = self._rigid(means0, quats0, rest, fixed, xipos, target, window, velocity, stages)
+            wrenches, moved, losses = self._rigid(
+                means0, quats0, rest, fixed, xipos, target, window, velocity, stages, eps2d
+            )
         else:
             means = means0.clone().requires_grad_()
             quats = quats0.clone().requires_grad_()
             groups = [{"params": [means], "lr": cfg.lr_means}, {"params": [quats], "lr": cfg.lr_quats}]
-            losses = self._optimise(groups, lambda: [means, quats, *rest], fixed, target, window, stages)
+            losses = self._optimise(groups, lambda: [means, quats, *rest], fixed, target, window, stages, eps2d)
             wrenches, moved = self._wrenches(means.detach().double() - means0.double(), means0.double(), xipos)
             wrenches = self._spring_scale * wrenches
         if support is not None:
@@ -306,7 +332,7 @@ class VisualCorrection:
         wrenches = wrenches * np.minimum(1.0, cfg.max_force / np.maximum(norm, 1e-12))
         seconds = time.perf_counter() - start
         stages["prepare"] = seconds - stages["forward"] - stages["backward"] - stages["optimiser"]
-        return CorrectionResult(wrenches, losses[0], losses[-1], moved, seconds, stages, saturated)
+        return CorrectionResult(wrenches, losses[0], losses[-1], moved, seconds, stages, saturated, eps2d)
 
     def _optimise(
         self,
@@ -316,10 +342,11 @@ class VisualCorrection:
         target: Tensor,
         window: ViewWindow,
         stages: dict[str, float],
+        eps2d: float,
     ) -> list[float]:
         """`iterations` Adam steps on `groups`; `objects()` gives the objects' Gaussian arguments from the
-        current parameters; the time spent is added to `stages`. Returns the photometric loss at the start
-        of each step (no extra render after the last step: docs/decisions.md)."""
+        current parameters; rendered with the low-pass `eps2d` px²; the time spent is added to `stages`. Returns the
+        photometric loss at the start of each step (no extra render after the last step: docs/decisions.md)."""
         views, cfg = self.views, self.config
         optimiser = (
             torch.optim.Adam(groups, eps=cfg.adam_eps) if cfg.optimiser == "adam" else VectorAdam(groups, cfg.adam_eps)
@@ -339,7 +366,7 @@ class VisualCorrection:
             args = [torch.cat([a, b]) for a, b in zip(objects(), fixed.args())]
             rgb, _, _ = rasterize(
                 *args, window.Ks, views.X_WCs, window.width, window.height, views.background, views.backend,
-                static=window.static_layer, eps2d=views.eps2d,
+                static=window.static_layer, eps2d=eps2d,
             )  # fmt: skip
             if cfg.exposure:
                 if gain is None:  # from the render at the twin's pose; fixed for this frame's steps
@@ -370,6 +397,7 @@ class VisualCorrection:
         window: ViewWindow,
         velocity: np.ndarray | None,
         stages: dict[str, float],
+        eps2d: float,
     ) -> tuple[np.ndarray, np.ndarray, list[float]]:
         """Rigid mode: Adam on one translation (K,3) m and rotation vector (K,3) rad per body, about its COM;
         returns wrenches (K,6) (uncapped), translations found (K,) m and the losses."""
@@ -395,7 +423,7 @@ class VisualCorrection:
             {"params": [shift_xy, shift_z], "lr": cfg.lr_means},
             {"params": [rot_xy, rot_z], "lr": cfg.lr_rotation},
         ]
-        losses = self._optimise(groups, objects, fixed, target, window, stages)
+        losses = self._optimise(groups, objects, fixed, target, window, stages, eps2d)
         found = torch.cat([shift_xy, shift_z], dim=-1).detach().double().numpy()
         turned = torch.cat([rot_xy, rot_z], dim=-1).detach().double().numpy()
         wrench = self._spring_scale * np.concatenate([cfg.stiffness * found, cfg.rot_stiffness * turned], axis=1)
