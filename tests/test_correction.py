@@ -385,8 +385,8 @@ def test_the_views_sharpen_once_the_object_rests_and_widen_when_it_moves(setup) 
     config = CorrectionConfig(rest_eps2d=0.01, rest_frames=3, rest_speed=0.03)
     correction = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)
     poses = correction.poses(twin.data.qpos, robot_qpos, twin.data.qpos[robot_qpos])
-    still, moving = np.zeros((1, 6)), np.array([[0.05, 0.0, 0.0, 0.0, 0.0, 0.0]])
-    slow = np.array([[0.02, 0.0, -0.2, 0.0, 0.0, 0.0]])  # falling is not sliding: the planar speed counts
+    still, moving = np.zeros((1, 6)), np.array([[0.0, 0.0, -0.05, 0.0, 0.0, 0.0]])
+    slow = np.array([[0.02, 0.0, -0.01, 0.0, 0.5, 0.0]])  # the origin's speed counts, not the turning
     results = [correction(*poses, images, v) for v in (still, still, slow, still, moving, still, None, still)]
     assert [r.eps2d for r in results] == [views.eps2d] * 2 + [0.01] * 2 + [views.eps2d] * 4
     assert results[2].loss_before != pytest.approx(results[1].loss_before, rel=1e-3)

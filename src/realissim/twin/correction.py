@@ -116,7 +116,7 @@ class CorrectionConfig:
     resting object more precisely, but narrow the loss's basin, which a push outruns (docs/decisions.md, "Sharper
     at rest")."""
     rest_speed: float = 0.03
-    """With `rest_eps2d`: m/s, the twin's objects' planar speed below which they count as still."""
+    """With `rest_eps2d`: m/s, the twin's objects' speed (of their origins) below which they count as still."""
     rest_frames: int = 6
     """With `rest_eps2d`: consecutive still frames before the sharper views are used."""
 
@@ -292,8 +292,8 @@ class VisualCorrection:
         cfg, views = self.config, self.views
         eps2d = views.eps2d
         if cfg.rest_eps2d is not None:
-            planar = None if velocity is None else np.linalg.norm(np.asarray(velocity)[:, :2], axis=1)
-            still = planar is not None and bool(np.all(planar < cfg.rest_speed))
+            speed = None if velocity is None else np.linalg.norm(np.asarray(velocity)[:, :3], axis=1)
+            still = speed is not None and bool(np.all(speed < cfg.rest_speed))
             self._still = self._still + 1 if still else 0
             eps2d = cfg.rest_eps2d if still and self._still >= cfg.rest_frames else eps2d
         target = images.to(torch.float32) / 255.0 if images.dtype == torch.uint8 else images.to(torch.float32)
