@@ -115,13 +115,16 @@ def test_correction_pulls_the_twin_onto_reality(scene: SceneSpec, setup) -> None
 
 def test_integral_action_grows_against_a_persistent_disagreement(setup) -> None:
     """The twin held where it is (as when its pusher holds it against where the real T is): without the integral
-    the pull stays at what Adam's bounded steps give; with it, it grows frame after frame, and `reset` clears it."""
+    the pull stays at what Adam's bounded steps give; with it, it grows frame after frame, and `reset` clears it.
+    (At the views' own low-pass throughout: the held twin is still, and `rest_eps2d` would change the render after
+    `rest_frames` frames, and with it what each frame finds.)"""
     twin, views, _ = setup
     twin.reset()
     images = _render_with_t_moved(twin, views, dx=0.01)
     forces = {}
     for integral in (0.0, 10.0):
-        correction = VisualCorrection(views, twin.model, CorrectionConfig(integral=integral), frame_dt=twin.dt)
+        config = CorrectionConfig(integral=integral, rest_eps2d=None)
+        correction = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)
         forces[integral] = [_correct(twin, correction, images).wrenches[0, 0] for _ in range(30)]
         correction.reset()
         forces[f"{integral} after reset"] = _correct(twin, correction, images).wrenches[0, 0]
@@ -376,24 +379,42 @@ def test_the_blur_smooths_both_images_alike(setup) -> None:
 
 def test_the_views_sharpen_once_the_object_rests_and_widen_when_it_moves(setup) -> None:
     """With `rest_eps2d` the correction renders with that low-pass after `rest_frames` frames in which every object
-    was slower than `rest_speed`, and with the views' own again from the first faster frame (or without a
-    velocity); the low-pass reaches the render (the loss changes with it) and the pull still points at the T."""
+    was slower than `rest_speed` and found where the twin has it; with the views' own again from the first faster
+    frame (or one without a velocity), and from the frame after one that found an object more than `rest_shift`
+    away. The low-pass reaches the render (the loss changes with it), and the pull still points at the T."""
     twin, views, _ = setup
     twin.reset()
-    images = _render_with_t_moved(twin, views, dx=0.01)
+    default, broad, sharp = views.eps2d, 0.05, 0.01
+    views.eps2d = broad  # the runtime's (the fixture's views keep 3DGS's 0.3)
+    try:
+        _rest_and_motion(twin, views, broad, sharp)
+    finally:
+        views.eps2d = default
+    with pytest.raises(ValueError, match="rest_eps2d"):
+        CorrectionConfig(rest_eps2d=-0.1)
+    with pytest.raises(ValueError, match="rest_shift"):
+        CorrectionConfig(rest_shift=-0.001)
+
+
+def _rest_and_motion(twin: TwinPhysics, views: TwinViews, broad: float, sharp: float) -> None:
+    here, away = _render_with_t_moved(twin, views), _render_with_t_moved(twin, views, dx=0.01)
     robot_qpos = twin.layout.robot_qpos
-    config = CorrectionConfig(rest_eps2d=0.01, rest_frames=3, rest_speed=0.03)
+    config = CorrectionConfig(rest_eps2d=sharp, rest_frames=3, rest_speed=0.03)
     correction = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)
     poses = correction.poses(twin.data.qpos, robot_qpos, twin.data.qpos[robot_qpos])
     still, moving = np.zeros((1, 6)), np.array([[0.0, 0.0, -0.05, 0.0, 0.0, 0.0]])
     slow = np.array([[0.02, 0.0, -0.01, 0.0, 0.5, 0.0]])  # the origin's speed counts, not the turning
-    results = [correction(*poses, images, v) for v in (still, still, slow, still, moving, still, None, still)]
-    assert [r.eps2d for r in results] == [views.eps2d] * 2 + [0.01] * 2 + [views.eps2d] * 4
+    frames = [(still, here), (still, here), (slow, here), (still, here), (moving, here), (still, here), (None, here)]
+    frames += [(still, here)] * 3 + [(still, away)] * 2
+    results = [correction(*poses, images, v) for v, images in frames]
+    expected = [broad] * 2 + [sharp] * 2 + [broad] * 3 + [broad] * 2 + [sharp] * 2 + [broad]
+    assert [r.eps2d for r in results] == expected
     assert results[2].loss_before != pytest.approx(results[1].loss_before, rel=1e-3)
-    assert all(r.wrenches[0, 0] > 0.2 for r in results), [r.wrenches[0] for r in results]
+    assert all(r.displacement[0] < config.rest_shift for r in results[:9]), [r.displacement for r in results]
+    assert results[10].wrenches[0, 0] > 0.2 and results[11].wrenches[0, 0] > 0.2  # sharp or not, towards the T
     correction.reset()  # a new episode starts moving
-    assert correction(*poses, images, still).eps2d == views.eps2d
-    off = VisualCorrection(views, twin.model, CorrectionConfig(), frame_dt=twin.dt)
-    assert all(off(*poses, images, still).eps2d == views.eps2d for _ in range(8))
-    with pytest.raises(ValueError, match="rest_eps2d"):
-        CorrectionConfig(rest_eps2d=-0.1)
+    assert correction(*poses, here, still).eps2d == broad
+    off = VisualCorrection(views, twin.model, CorrectionConfig(rest_eps2d=None), frame_dt=twin.dt)
+    assert all(off(*poses, here, still).eps2d == broad for _ in range(8))
+    held = VisualCorrection(views, twin.model, config, frame_dt=2 * twin.dt, held_frames=2)  # not every frame
+    assert all(held(*poses, here, still).eps2d == broad for _ in range(8))
