@@ -124,8 +124,8 @@ class CorrectionConfig:
     rest_shift: float = 0.002
     """With `rest_eps2d`: m; a frame whose correction found an object more than this away in the plane ends the
     rest (the next frame renders with the views' own low-pass again): a real object pushed away from a still twin
-    one must meet the wider basin (measured: the scripted push corrected every other frame lost the T without
-    this)."""
+    one (an unseen hand) should meet the wider basin. A guard, not a measured fix: at rest the planar shift found is
+    0.1–1 mm; it did not change the every-other-frame failure described under `rest_eps2d`."""
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
