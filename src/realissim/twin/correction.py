@@ -254,14 +254,11 @@ class VisualCorrection:
         """rigid: the leaky sum of found translations (m) and rotations (rad), (K,6)."""
         self._still = 0
         """Consecutive frames the objects were still and found where the twin has them (`rest_eps2d`)."""
-        self._shift: np.ndarray | None = None
-        """rigid: the planar shift (K,) m the last correction found per object."""
 
     def reset(self) -> None:
         """Forget what accumulated over the frames (a new episode)."""
         self._accumulated[:] = 0.0
         self._still = 0
-        self._shift = None
 
     def correct(self, twin: TwinPhysics, q_real: ArrayLike, images: Tensor) -> CorrectionResult:
         """This frame's correction of `twin` (not applied): the robot placed at the real arm's measured joints
@@ -331,9 +328,11 @@ class VisualCorrection:
             fixed = Gaussians(*(t[keep] for t in fixed.args()))
         rest = [t[self._obj] for t in (g.scales, g.colors, g.opacities)]
         if cfg.mode == "rigid":
-            wrenches, moved, losses = self._rigid(
+            wrenches, moved, planar, losses = self._rigid(
                 means0, quats0, rest, fixed, xipos, target, window, velocity, stages, eps2d
             )
+            if self._sharpen and bool(np.any(planar > cfg.rest_shift)):
+                self._still = 0  # found away: the next frame renders with the wider basin
         else:
             means = means0.clone().requires_grad_()
             quats = quats0.clone().requires_grad_()
@@ -341,8 +340,6 @@ class VisualCorrection:
             losses = self._optimise(groups, lambda: [means, quats, *rest], fixed, target, window, stages, eps2d)
             wrenches, moved = self._wrenches(means.detach().double() - means0.double(), means0.double(), xipos)
             wrenches = self._spring_scale * wrenches
-        if self._sharpen and self._shift is not None and bool(np.any(self._shift > cfg.rest_shift)):
-            self._still = 0  # found away: the next frame renders with the wider basin
         if support is not None:
             wrenches = planar_wrenches(wrenches, support)
         norm = np.linalg.norm(wrenches[:, :3], axis=1, keepdims=True)
@@ -416,9 +413,10 @@ class VisualCorrection:
         velocity: np.ndarray | None,
         stages: dict[str, float],
         eps2d: float,
-    ) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float]]:
         """Rigid mode: Adam on one translation (K,3) m and rotation vector (K,3) rad per body, about its COM;
-        returns wrenches (K,6) (uncapped), translations found (K,) m and the losses."""
+        returns wrenches (K,6) (uncapped), translations found (K,) m and their planar (x, y) parts (K,) m, and the
+        losses."""
         cfg, k = self.config, len(self.object_bodies)
         com = torch.as_tensor(xipos[self.object_bodies], dtype=torch.float32)[self._slot]
         arm = means0 - com
@@ -443,7 +441,6 @@ class VisualCorrection:
         ]
         losses = self._optimise(groups, objects, fixed, target, window, stages, eps2d)
         found = torch.cat([shift_xy, shift_z], dim=-1).detach().double().numpy()
-        self._shift = np.linalg.norm(found[:, :2], axis=1)
         turned = torch.cat([rot_xy, rot_z], dim=-1).detach().double().numpy()
         wrench = self._spring_scale * np.concatenate([cfg.stiffness * found, cfg.rot_stiffness * turned], axis=1)
         if cfg.integral > 0:
@@ -462,7 +459,7 @@ class VisualCorrection:
             wrench += np.clip(pull, -limit, limit)
         if velocity is not None:
             wrench -= np.asarray(velocity, dtype=np.float64) * self._damping
-        return wrench, np.linalg.norm(found, axis=1), losses
+        return wrench, np.linalg.norm(found, axis=1), np.linalg.norm(found[:, :2], axis=1), losses
 
     def _wrenches(self, delta: Tensor, x_old: Tensor, xipos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-body wrenches (K,6) (uncapped) and mean displacement (K,) m from Gaussian displacements (n,3)."""

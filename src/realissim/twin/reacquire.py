@@ -279,8 +279,7 @@ class ObjectSearch:
         _, rests = self._rests[int(self.sighting.object_bodies[obj])]
         empty, lying_score = scorer.score(None), scorer(lying)
         r, p = self._descend(scorer, seen, range(1, len(rests) + 1), distinct=False, vertex=False)
-        scorer.rest = r
-        score = scorer(p)
+        score = scorer(p)  # (at the rest `_descend` left the scorer on)
         scorer.rest = 0
         explained, lying_explained = 1.0 - score / empty, 1.0 - lying_score / empty
         recognised = explained >= cfg.tipped_explained and explained >= cfg.tipped_ratio * max(lying_explained, 0.0)
