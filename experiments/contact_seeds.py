@@ -15,6 +15,7 @@ seed's tail, so compare settings on means and on per-seed counts over a dozen se
     python experiments/contact_seeds.py --no-alarm-check --out evidence.jsonl   # RuntimeConfig.alarm_check None
     python experiments/contact_seeds.py --rest-eps2d 0.01 --out rest.jsonl   # CorrectionConfig.rest_eps2d
     python experiments/contact_seeds.py --pushes stop51 --out stop51.jsonl   # stops 35–51's pushes
+    python experiments/contact_seeds.py --board-error 0 0 0 --out placed.jsonl   # the board exactly where told
 
 Run one at a time: two lock-step pairs at once on a 2-core machine ran ten times slower each (the rasteriser's and
 torch's threads contend), not two.
@@ -33,6 +34,8 @@ import numpy as np
 import tyro
 
 from realissim.eval.sync.scenario import contact_rich, run_scenario
+from realissim.real.surrogate import load_gap, save_gap
+from realissim.real.surrogate.gap import DEFAULT_GAP_PATH
 from realissim.runtime.loop import RuntimeConfig
 from realissim.tasks import make
 
@@ -62,6 +65,9 @@ class Args:
     """Scenario seeds (start and pushes)."""
     gap: Path | None = None
     """Reality-gap profile JSON (None: the default)."""
+    board_error: tuple[float, float, float] | None = None
+    """Override the profile's `board_error` (dx, dy m, dyaw rad: where the calibration board truly lies against
+    where the twin is told); `0 0 0` measures what the board's placement costs (docs/results.md, stop 57)."""
     seconds: float = 20.0
     """Episode length, s."""
     integral: float | None = None
@@ -112,6 +118,11 @@ def main(args: Args) -> list[dict]:
                 "alarm_check": runtime.alarm_check, "pushes": args.pushes}  # fmt: skip
     if correction.rest_eps2d is not None:  # (absent otherwise: rows written before the option still resume)
         settings["rest_eps2d"] = correction.rest_eps2d
+    gap = args.gap
+    if args.board_error is not None:  # (absent otherwise, as above)
+        settings["board_error"] = list(args.board_error)
+        gap = args.out.with_name(args.out.stem + ".gap.json")
+        save_gap(replace(load_gap(args.gap or DEFAULT_GAP_PATH), board_error=tuple(args.board_error)), gap)
     rows = {}
     if args.out.exists():
         for line in args.out.read_text().splitlines():
@@ -122,7 +133,7 @@ def main(args: Args) -> list[dict]:
     for seed in args.seeds:
         if seed in rows:
             continue
-        config = contact_rich(seed, seconds=args.seconds, gap=args.gap, runtime=runtime, threads=args.threads,
+        config = contact_rich(seed, seconds=args.seconds, gap=gap, runtime=runtime, threads=args.threads,
                               pushes=args.pushes)  # fmt: skip
         out = run_scenario(task, config, label=f"seed {seed}")
         rows[seed] = {"seed": seed, "settings": settings, **{k: float(out[k]) for k, _ in KEYS}}
