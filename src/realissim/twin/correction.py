@@ -114,9 +114,10 @@ class CorrectionConfig:
     """px²: the renderer's low-pass in the correction's views while the twin's objects rest (each slower than
     `rest_speed` for `rest_frames` frames); None: always the views' own (`TwinViews.eps2d`, 0.05 in the runtime).
     Sharper edges place a resting object more precisely, but narrow the loss's basin, which a push outruns: hence
-    only at rest (docs/decisions.md, "Sharper at rest"). Only where every frame is corrected (`held_frames` 1):
-    corrected every other frame, the scripted push of tests/test_runtime.py fell, after a rest at this low-pass, into
-    the growing oscillation a held wrench is prone to; that is not understood yet, so it is not used there."""
+    only at rest (docs/decisions.md, "Sharper at rest"). Only where every frame is corrected (`held_frames` 1): with
+    the held spring scaled by 1/held_frames² it no longer sets off the two-frame oscillation it did at 1/held_frames
+    (docs/decisions.md, "Held wrenches"), but corrected every other frame it was no better on two contact seeds
+    (median 1.89 and 2.44 mm against 1.90 and 1.77 without), so it stays off there."""
     rest_speed: float = 0.03
     """With `rest_eps2d`: m/s, the twin's objects' speed (of their origins) below which they count as still."""
     rest_frames: int = 6
@@ -125,7 +126,7 @@ class CorrectionConfig:
     """With `rest_eps2d`: m; a frame whose correction found an object more than this away in the plane ends the
     rest (the next frame renders with the views' own low-pass again): a real object pushed away from a still twin
     one (an unseen hand) should meet the wider basin. A guard, not a measured fix: at rest the planar shift found is
-    0.1–1 mm; it did not change the every-other-frame failure described under `rest_eps2d`."""
+    0.1–1 mm."""
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -220,15 +221,18 @@ class VisualCorrection:
         the cameras deliver); `model` is the twin's MuJoCo model; `frame_dt` s the physics frame a wrench acts
         over (the twin's frame period): damping is capped at m/frame_dt (I/frame_dt) so the explicit damping
         force stays stable. `held_frames` physics frames make up `frame_dt` (the runtime's `correct_every`: the
-        wrench is applied again on the frames between two corrections); the visual spring's stiffness is divided
-        by it, so one correction's pull gives the same impulse however long it is held. Held twice as long at full
-        stiffness, the pull overshot what it found and a 2 s scripted push corrected every other frame fell into
-        a growing oscillation (up to 13 N, the T 26 mm off; docs/decisions.md, "The lead bound")."""
+        wrench is applied again on the frames between two corrections); the visual spring's stiffness (and its
+        integral's) is divided by its square, so one correction moves a free object as far as one frame's does
+        when every frame is corrected. The spring is an explicit feedback held for the whole period T =
+        held_frames × the physics frame: on an object sliding free of friction it is stable only while k·T²/m < 2
+        (damping at its cap), 1.1 at one frame for the T (0.25 kg, k 1000 N/m); divided by held_frames alone it
+        was 2.2 at two, and a T pulled loose by the integral fell into a growing two-frame oscillation
+        (docs/decisions.md, "Held wrenches")."""
         if not frame_dt > 0:
             raise ValueError(f"frame_dt: must be > 0, got {frame_dt}")
         if held_frames < 1:
             raise ValueError(f"held_frames: must be ≥ 1, got {held_frames}")
-        self._spring_scale = 1.0 / held_frames
+        self._spring_scale = 1.0 / held_frames**2
         self._sharpen = config.rest_eps2d is not None and held_frames == 1
         """Whether `rest_eps2d` applies (see there)."""
         self.views, self.model, self.config = views, model, config
@@ -250,6 +254,7 @@ class VisualCorrection:
         self._damping = np.concatenate([np.repeat(lin, 3, axis=1), np.repeat(rot, 3, axis=1)], axis=1)
         """(K,6) damping per body: N·s/m on linear and N·m·s/rad on angular velocity."""
         self._frame_dt = frame_dt
+        self._held = held_frames
         self._accumulated = np.zeros((len(self.object_bodies), 6))
         """rigid: the leaky sum of found translations (m) and rotations (rad), (K,6)."""
         self._still = 0
@@ -454,7 +459,7 @@ class VisualCorrection:
                     error = np.linalg.norm(step[:, part], axis=1)
                     self._accumulated[(along > least) & (along * self._frame_dt >= error), part] = 0.0
             gains = np.array([cfg.stiffness] * 3 + [cfg.rot_stiffness] * 3)
-            pull = gains * cfg.integral * self._frame_dt * self._accumulated
+            pull = self._spring_scale * gains * cfg.integral * self._frame_dt / self._held * self._accumulated
             limit = np.array([cfg.max_force] * 3 + [np.inf] * 3)
             wrench += np.clip(pull, -limit, limit)
         if velocity is not None:
