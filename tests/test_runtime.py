@@ -134,8 +134,8 @@ def test_correcting_every_other_frame_holds_the_wrench_between(scene: SceneSpec)
 
 def test_a_wrench_held_over_two_frames_pulls_a_displaced_object_back_without_oscillating(scene: SceneSpec) -> None:
     # Corrected every other frame, the visual spring is an explicit feedback held for two physics frames: divided
-    # by the frames held (k·T²/m 2.2 for the T), a T pulled loose slid back and forth ever faster (57 mm off within
-    # 0.5 s here); divided by their square (1.1, as when every frame is corrected) it settles.
+    # by the frames held (k·T²/m 2.2 for the T), a T pulled loose slid back and forth ever faster (43 mm off within
+    # 1 s here); divided by their square (1.1, as when every frame is corrected) it settles.
     from realissim.twin.placement import place_object
 
     with Surrogate(scene, SurrogateConfig(camera_size=(160, 90))) as world:

@@ -89,7 +89,8 @@ class CorrectionConfig:
     principal inertia), against the body's velocity; without it the sign-like pull oscillates."""
     integral: float = 10.0
     """rigid: integral action, 1/s: each frame's found translation and rotation also accumulate (leaking
-    with time constant `integral_leak`) into a pull of stiffness × integral × accumulated × frame_dt, so a
+    with time constant `integral_leak`) into a pull of stiffness × integral × accumulated × the physics frame
+    (divided, like the spring, by the square of the frames a wrench is held: `VisualCorrection`), so a
     disagreement that persists (the twin's contact pushing its object where the real one is not) meets a
     growing force instead of the few newtons Adam's bounded steps give (docs/decisions.md). 0: off."""
     integral_leak: float = 0.5
@@ -254,7 +255,7 @@ class VisualCorrection:
         self._damping = np.concatenate([np.repeat(lin, 3, axis=1), np.repeat(rot, 3, axis=1)], axis=1)
         """(K,6) damping per body: N·s/m on linear and N·m·s/rad on angular velocity."""
         self._frame_dt = frame_dt
-        self._held = held_frames
+        self._physics_dt = frame_dt / held_frames
         self._accumulated = np.zeros((len(self.object_bodies), 6))
         """rigid: the leaky sum of found translations (m) and rotations (rad), (K,6)."""
         self._still = 0
@@ -459,7 +460,7 @@ class VisualCorrection:
                     error = np.linalg.norm(step[:, part], axis=1)
                     self._accumulated[(along > least) & (along * self._frame_dt >= error), part] = 0.0
             gains = np.array([cfg.stiffness] * 3 + [cfg.rot_stiffness] * 3)
-            pull = self._spring_scale * gains * cfg.integral * self._frame_dt / self._held * self._accumulated
+            pull = self._spring_scale * gains * cfg.integral * self._physics_dt * self._accumulated
             limit = np.array([cfg.max_force] * 3 + [np.inf] * 3)
             wrench += np.clip(pull, -limit, limit)
         if velocity is not None:
