@@ -67,7 +67,8 @@ class Args:
     """Reality-gap profile JSON (None: the default)."""
     board_error: tuple[float, float, float] | None = None
     """Override the profile's `board_error` (dx, dy m, dyaw rad: where the calibration board truly lies against
-    where the twin is told); `0 0 0` measures what the board's placement costs (docs/results.md, stop 57)."""
+    where the twin is told; the profile so changed is written beside `--out` as <out>.gap.json); `0 0 0` measures
+    what the board's placement costs (docs/results.md, stop 57)."""
     seconds: float = 20.0
     """Episode length, s."""
     integral: float | None = None

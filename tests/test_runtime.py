@@ -15,6 +15,7 @@ from realissim.geometry import yaw_quat
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
 from realissim.runtime import Runtime, RuntimeConfig
 from realissim.spec.scene import SceneSpec
+from realissim.twin.placement import place_object
 
 
 def test_sync_recorder_errors_and_recovery() -> None:
@@ -136,8 +137,6 @@ def test_a_wrench_held_over_two_frames_pulls_a_displaced_object_back_without_osc
     # Corrected every other frame, the visual spring is an explicit feedback held for two physics frames: divided
     # by the frames held (k·T²/m 2.2 for the T), a T pulled loose slid back and forth ever faster (43 mm off within
     # 1 s here); divided by their square (1.1, as when every frame is corrected) it settles.
-    from realissim.twin.placement import place_object
-
     with Surrogate(scene, SurrogateConfig(camera_size=(160, 90))) as world:
         runtime = Runtime(scene, RuntimeConfig(correct_every=2), world)
         runtime.reset()

@@ -234,6 +234,9 @@ class VisualCorrection:
         if held_frames < 1:
             raise ValueError(f"held_frames: must be ≥ 1, got {held_frames}")
         self._spring_scale = 1.0 / held_frames**2
+        self._rigid_gains = self._spring_scale * np.array([config.stiffness] * 3 + [config.rot_stiffness] * 3)
+        """rigid (6,): the pull per metre found (N/m) and per radian turned (N·m/rad), for the frames held; the
+        integral's pull uses it too."""
         self._sharpen = config.rest_eps2d is not None and held_frames == 1
         """Whether `rest_eps2d` applies (see there)."""
         self.views, self.model, self.config = views, model, config
@@ -448,9 +451,9 @@ class VisualCorrection:
         losses = self._optimise(groups, objects, fixed, target, window, stages, eps2d)
         found = torch.cat([shift_xy, shift_z], dim=-1).detach().double().numpy()
         turned = torch.cat([rot_xy, rot_z], dim=-1).detach().double().numpy()
-        wrench = self._spring_scale * np.concatenate([cfg.stiffness * found, cfg.rot_stiffness * turned], axis=1)
+        step = np.concatenate([found, turned], axis=1)
+        wrench = self._rigid_gains * step
         if cfg.integral > 0:
-            step = np.concatenate([found, turned], axis=1)
             self._accumulated = self._accumulated * np.exp(-self._frame_dt / cfg.integral_leak) + step
             if cfg.integral_discharge is not None and velocity is not None:
                 v = np.asarray(velocity, dtype=np.float64)
@@ -459,8 +462,7 @@ class VisualCorrection:
                     along = np.sum(v[:, part] * acc, axis=1) / np.maximum(np.linalg.norm(acc, axis=1), 1e-12)
                     error = np.linalg.norm(step[:, part], axis=1)
                     self._accumulated[(along > least) & (along * self._frame_dt >= error), part] = 0.0
-            gains = np.array([cfg.stiffness] * 3 + [cfg.rot_stiffness] * 3)
-            pull = self._spring_scale * gains * cfg.integral * self._physics_dt * self._accumulated
+            pull = self._rigid_gains * cfg.integral * self._physics_dt * self._accumulated
             limit = np.array([cfg.max_force] * 3 + [np.inf] * 3)
             wrench += np.clip(pull, -limit, limit)
         if velocity is not None:
