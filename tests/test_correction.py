@@ -420,3 +420,45 @@ def _rest_and_motion(twin: TwinPhysics, views: TwinViews, broad: float, sharp: f
     assert all(off(*poses, here, still).eps2d == broad for _ in range(8))
     held = VisualCorrection(views, twin.model, config, frame_dt=2 * twin.dt, held_frames=2)  # not every frame
     assert all(held(*poses, here, still).eps2d == broad for _ in range(8))
+
+
+def test_the_integral_empties_when_the_arms_contact_with_the_object_ends(setup, scene: SceneSpec) -> None:
+    """Wound up while the twin's pusher presses against the T (20 frames), the integral empties at the first
+    correction after the pusher has left: the pull is then what a correction that had never wound up gives (this
+    frame's finding, the damping, and the sum of this one frame). With `release_integral` off the sum stays (and
+    would throw the T once nothing holds it)."""
+    from realissim.twin.kinematics import PusherIK
+    from realissim.twin.support import touched
+
+    twin, views, _ = setup
+    twin.reset()
+    robot_qpos = twin.layout.robot_qpos
+    home = twin.data.qpos[robot_qpos].copy()
+    images = _render_with_t_moved(twin, views, dx=-0.01)  # the T seen 1 cm towards -x, away from the pusher
+    t_pos = twin.state().object_pos[0]
+    # The tip 2 mm into the bar's +x end face (bar: x ±0.1 m, y 18–68 mm in the T's frame), at mid-height.
+    tip = np.array([t_pos[0] + 0.1 + 0.01 - 0.002, t_pos[1] + 0.043, t_pos[2]])
+    pressing = PusherIK(scene).solve(tip, home)
+
+    def arm_at(q: np.ndarray) -> None:
+        twin.data.qpos[robot_qpos] = q
+        mujoco.mj_forward(twin.model, twin.data)
+
+    def last_pull(integral: float, release: bool, wind: int) -> float:
+        config = CorrectionConfig(integral=integral, release_integral=release, rest_eps2d=None, max_force=1e3)
+        correction = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)
+        arm_at(pressing)
+        for _ in range(wind):
+            correction.correct(twin, pressing, torch.from_numpy(images.numpy()))
+        arm_at(home)
+        return float(correction.correct(twin, home, images).wrenches[0, 0])
+
+    arm_at(pressing)
+    assert touched(twin.model, twin.data, twin.layout.object_bodies)[0]
+    arm_at(home)
+    assert not touched(twin.model, twin.data, twin.layout.object_bodies)[0]
+    fresh = last_pull(10.0, True, 0)
+    assert fresh < 0  # towards where the T is seen
+    kept = last_pull(10.0, False, 20)
+    assert kept < 1.5 * fresh  # wound up against the contact, and still there once it ended
+    assert last_pull(10.0, True, 20) == pytest.approx(fresh, rel=1e-6)  # emptied

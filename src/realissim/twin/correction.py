@@ -28,7 +28,7 @@ from torch import Tensor
 from realissim.render import rasterize
 from realissim.render.gaussians import Gaussians, quat_multiply
 from realissim.twin.physics import TwinPhysics
-from realissim.twin.support import planar_wrenches, support_normals
+from realissim.twin.support import planar_wrenches, support_normals, touched
 from realissim.twin.views import TwinViews, ViewWindow
 
 
@@ -101,6 +101,12 @@ class CorrectionConfig:
     its work, and held on, it throws an object the moment what held it lets go. None: never (the default: over 12
     contact-rich seeds (0, 0) lowered the median on 11 but moved the tails around rather than shrinking them;
     docs/decisions.md, "What sets the contact-rich tails")."""
+    release_integral: bool = True
+    """rigid: empty an object's integral when its contact with the arm (or another object) ends in the twin (the
+    contact was there at the last correction and is gone now): the sum built up against that contact, and held on,
+    it throws the object the moment the contact lets go (default gap, contact seed 12: the twin's rod slid off the
+    T's bar end under a pull of 18 N, and the T shot 33 mm away in two frames; docs/decisions.md, "Released
+    contacts")."""
     crop_margin: int | None = 16
     """Optimise over a window of each image around the objects (their projections at the twin's pose, grown by
     this many px; None: whole images): far pixels carry no gradient to them (docs/decisions.md)."""
@@ -261,20 +267,28 @@ class VisualCorrection:
         self._physics_dt = frame_dt / held_frames
         self._accumulated = np.zeros((len(self.object_bodies), 6))
         """rigid: the leaky sum of found translations (m) and rotations (rad), (K,6)."""
+        self._touching = np.zeros(len(self.object_bodies), dtype=bool)
+        """Whether each object touched the arm or another object at the last correction (`release_integral`)."""
         self._still = 0
         """Consecutive frames the objects were still and found where the twin has them (`rest_eps2d`)."""
 
     def reset(self) -> None:
         """Forget what accumulated over the frames (a new episode)."""
         self._accumulated[:] = 0.0
+        self._touching[:] = False
         self._still = 0
 
     def correct(self, twin: TwinPhysics, q_real: ArrayLike, images: Tensor) -> CorrectionResult:
         """This frame's correction of `twin` (not applied): the robot placed at the real arm's measured joints
         q_real (J,) rad (the cameras show the real arm, which lags the twin's), the real images (C,H,W,3)
         uint8 or float in [0, 1], the objects' velocities for damping and, with `planar_on_support`, their
-        support from the twin's contacts."""
+        support from the twin's contacts; with `release_integral`, the twin's contacts also say whose contact with
+        the arm (or another object) has ended since the last call, and that object's integral is emptied."""
         xpos, xquat, xipos = self.poses(twin.data.qpos, twin.layout.robot_qpos, q_real)
+        if self.config.integral > 0 and self.config.release_integral:
+            touching = touched(self.model, twin.data, self.object_bodies)
+            self._accumulated[self._touching & ~touching] = 0.0
+            self._touching = touching
         now = twin.state()
         velocity = np.concatenate([now.object_linvel, now.object_angvel], axis=1)
         support = (

@@ -31,6 +31,19 @@ def support_normals(model: mujoco.MjModel, data: mujoco.MjData, bodies: np.ndarr
     return out
 
 
+def touched(model: mujoco.MjModel, data: mujoco.MjData, bodies: np.ndarray) -> np.ndarray:
+    """(K,) bool: whether each of `bodies` (K,) is in contact, in `data`'s current contacts, with a body that is
+    neither static geometry (the world body) nor itself: the arm's pusher, or another object."""
+    bodies = np.asarray(bodies)
+    n = data.ncon
+    if not n:
+        return np.zeros(len(bodies), dtype=bool)
+    b1 = model.geom_bodyid[data.contact.geom1[:n]]
+    b2 = model.geom_bodyid[data.contact.geom2[:n]]
+    moving = (b1 != 0) & (b2 != 0) & (b1 != b2)
+    return np.array([bool(np.any(moving & ((b1 == b) | (b2 == b)))) for b in bodies])
+
+
 def _nearby_support(model: mujoco.MjModel, data: mujoco.MjData, body: int, margin: float) -> np.ndarray:
     """Unit direction (3,) from the static geom nearest to `body` towards it, if within `margin` m; else zeros."""
     static = np.flatnonzero(model.geom_bodyid == 0)
