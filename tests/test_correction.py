@@ -449,7 +449,7 @@ def test_the_integral_empties_when_the_arms_contact_with_the_object_ends(setup, 
         correction = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)
         arm_at(pressing)
         for _ in range(wind):
-            correction.correct(twin, pressing, torch.from_numpy(images.numpy()))
+            correction.correct(twin, pressing, images)
         arm_at(home)
         return float(correction.correct(twin, home, images).wrenches[0, 0])
 
@@ -460,5 +460,5 @@ def test_the_integral_empties_when_the_arms_contact_with_the_object_ends(setup, 
     fresh = last_pull(10.0, True, 0)
     assert fresh < 0  # towards where the T is seen
     kept = last_pull(10.0, False, 20)
-    assert kept < 1.5 * fresh  # wound up against the contact, and still there once it ended
+    assert kept < 1.5 * fresh  # wound up while the contact lasted, and still there once it ended
     assert last_pull(10.0, True, 20) == pytest.approx(fresh, rel=1e-6)  # emptied
