@@ -15,11 +15,9 @@ def support_normals(model: mujoco.MjModel, data: mujoco.MjData, bodies: np.ndarr
     geometry. The margin keeps a body that bounces a millimetre off the table counted as resting on it."""
     bodies = np.asarray(bodies)
     out = np.zeros((len(bodies), 3))
-    n = data.ncon
-    if n:
-        b1 = model.geom_bodyid[data.contact.geom1[:n]]
-        b2 = model.geom_bodyid[data.contact.geom2[:n]]
-        normal = data.contact.frame[:n, :3]  # from geom1 towards geom2
+    b1, b2 = _contact_bodies(model, data)
+    if len(b1):
+        normal = data.contact.frame[: len(b1), :3]  # from geom1 towards geom2
         for k, body in enumerate(bodies):
             towards = normal[(b1 == 0) & (b2 == body)].sum(axis=0) - normal[(b2 == 0) & (b1 == body)].sum(axis=0)
             norm = np.linalg.norm(towards)
@@ -34,14 +32,15 @@ def support_normals(model: mujoco.MjModel, data: mujoco.MjData, bodies: np.ndarr
 def touched(model: mujoco.MjModel, data: mujoco.MjData, bodies: np.ndarray) -> np.ndarray:
     """(K,) bool: whether each of `bodies` (K,) is in contact, in `data`'s current contacts, with a body that is
     neither static geometry (the world body) nor itself: the arm's pusher, or another object."""
-    bodies = np.asarray(bodies)
-    n = data.ncon
-    if not n:
-        return np.zeros(len(bodies), dtype=bool)
-    b1 = model.geom_bodyid[data.contact.geom1[:n]]
-    b2 = model.geom_bodyid[data.contact.geom2[:n]]
+    b1, b2 = _contact_bodies(model, data)
     moving = (b1 != 0) & (b2 != 0) & (b1 != b2)
-    return np.array([bool(np.any(moving & ((b1 == b) | (b2 == b)))) for b in bodies])
+    return np.isin(np.asarray(bodies), np.concatenate([b1[moving], b2[moving]]))
+
+
+def _contact_bodies(model: mujoco.MjModel, data: mujoco.MjData) -> tuple[np.ndarray, np.ndarray]:
+    """Body ids (n,) of the first and of the second geom of each of `data`'s n current contacts."""
+    n = data.ncon
+    return model.geom_bodyid[data.contact.geom1[:n]], model.geom_bodyid[data.contact.geom2[:n]]
 
 
 def _nearby_support(model: mujoco.MjModel, data: mujoco.MjData, body: int, margin: float) -> np.ndarray:
