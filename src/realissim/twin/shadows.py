@@ -61,6 +61,10 @@ class ShadowFitConfig:
     """... and as lit where it is below this."""
     ring: int = 3
     """Width of the lit ring compared with the shadow, px."""
+    shade_faces: bool = True
+    """The fitted light also shades the objects' faces by their normals (`ShadowLight.shade_faces`): under a low key
+    light a T's sides change with its yaw, and colours fitted at one pose put the images' optimum millimetres off the
+    T at another (docs/decisions.md, "Faces shaded by their normals")."""
 
     def __post_init__(self) -> None:
         if not (self.azimuth_step > 0 and self.refine_step > 0 and self.elevations):
@@ -81,6 +85,11 @@ class ShadowLight:
     """Per-channel factor of a surface point in full shadow, in (0, 1]."""
     contrast: float = math.nan
     """Lit over shadowed table brightness measured at calibration (medians)."""
+    shade_faces: bool = False
+    """Shade each object surface Gaussian by its normal, not only by the robot's shadow: lit by the key light in
+    proportion to the cosine between its normal and the light (Lambert), the rest (fill, ambient) from every side,
+    their ratio per channel from `attenuation` on the table (1 / attenuation − 1 at the table's cosine); factors
+    relative to an upward face, so the fitted colours stay those of a lit top."""
 
     def __post_init__(self) -> None:
         d = np.asarray(self.direction, dtype=np.float64)
@@ -300,11 +309,32 @@ class ShadowCaster:
         `flat` (P,) bool (only flat ones have a normal): those facing the light are shaded by the `casters`'
         shadow (`robot_casters`); the rest keep their colour (1)."""
         out = torch.ones(len(points), 3)
-        receive = flat & ((normals.to(self.direction) @ -self.direction) > 0.2)  # flat and facing the light
+        cosine = normals.to(self.direction) @ -self.direction
+        receive = flat & (cosine > 0.2)  # flat and facing the light
         means, cov, opacities = casters
+        if self.light is not None and self.light.shade_faces:
+            return self._shade_faces(points, cosine, flat, receive, casters)
         if self.light is None or not bool(receive.any()) or not len(means):
             return out
         out[receive] = self.light.shade(point_coverage(points[receive], means, cov, opacities, self.direction))
+        return out
+
+    def _shade_faces(
+        self, points: Tensor, cosine: Tensor, flat: Tensor, receive: Tensor, casters: tuple[Tensor, Tensor, Tensor]
+    ) -> Tensor:
+        """`shade_points` with `ShadowLight.shade_faces`: (P,3) factors (1 + r·lit) / (1 + r·up) of flat Gaussians, lit
+        = the cosine to the light (≥ 0) × the part out of the casters' shadow, up = the table's cosine, r = 1 /
+        attenuation − 1 over up (key over the rest, per channel); 1 for the others."""
+        assert self.light is not None
+        out = torch.ones(len(points), 3)
+        means, cov, opacities = casters
+        lit = cosine.clamp_min(0.0)
+        if bool(receive.any()) and len(means):
+            coverage = point_coverage(points[receive], means, cov, opacities, self.direction).clamp(0.0, 1.0)
+            lit[receive] = lit[receive] * (1.0 - coverage)
+        up = float(-self.direction[2])
+        ratio = (1.0 / torch.as_tensor(self.light.attenuation, dtype=out.dtype) - 1.0) / up
+        out[flat] = (1.0 + ratio * lit[flat, None]) / (1.0 + ratio * up)
         return out
 
     @property
@@ -401,7 +431,12 @@ def fit_shadow_light(
         return None
     _, inside, ring = _contrast(coverage(azimuth, elevation), table, luminance, config)
     k = (img[inside].median(dim=0).values / img[ring].median(dim=0).values.clamp_min(1e-6)).clamp(0.05, 1.0)
-    light = ShadowLight(light_direction(azimuth, elevation), tuple(float(x) for x in k), contrast)  # type: ignore[arg-type]
+    light = ShadowLight(
+        light_direction(azimuth, elevation),
+        tuple(float(x) for x in k),  # type: ignore[arg-type]
+        contrast,
+        config.shade_faces,
+    )
     log.info("shadow: key light from azimuth %.1f°, elevation %.1f°; shadow %.2f× darker (rgb × %.2f %.2f %.2f)",
              math.degrees(azimuth), math.degrees(elevation), contrast, *light.attenuation)  # fmt: skip
     return light
