@@ -26,6 +26,7 @@ from realissim.twin.correction import CorrectionConfig, VisualCorrection
 from realissim.twin.physics import TwinPhysics
 from realissim.twin.reacquire import ObjectSearch, SearchConfig
 from realissim.twin.shadows import (
+    ShadowCaster,
     ShadowFitConfig,
     ShadowLight,
     covariances,
@@ -142,6 +143,37 @@ def test_the_key_light_is_fitted_where_it_casts_a_shadow_and_the_twin_renders_it
     views = TwinViews(scene, twin.model, cameras=cameras)
     assert views.fit_shadow(*poses[0], plain[0]) is None
     assert views.shadow is None
+
+
+def test_faces_are_lit_by_their_cosine_to_the_light_and_an_upward_one_as_before() -> None:
+    """`shade_faces`: a face turned towards the light is brighter than an upward one by (1 + r·cos) / (1 + r·up), one
+    turned away is as dark as full shadow (the attenuation), and an upward face in a caster's shadow gets exactly
+    the factor it got without the option."""
+    d = light_direction(0.0, math.radians(35.0))  # from +x, 35° up: travelling along −x, down
+    faces = torch.tensor([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]])  # up, towards the light, away
+    flat = torch.ones(4, dtype=torch.bool)
+    # Three object Gaussians far from the caster, and an upward one right under it (in its shadow).
+    points = torch.tensor([[0.5, 0.0, 0.02], [0.5, 0.1, 0.02], [0.5, 0.2, 0.02], [0.0, 0.0, 0.02]])
+    normals = torch.cat([faces, faces[:1]])
+    up, cosine = math.sin(math.radians(35.0)), math.cos(math.radians(35.0))
+    caster = _one((0.18 * cosine / up, 0.0, 0.2), (0.03, 0.03, 0.03), 0.99)  # between the 4th and the light
+    k = (0.3, 0.4, 0.5)
+    casters = (caster.means, covariances(caster.quats, caster.scales), caster.opacities)
+    shaded = {}
+    for option in (True, False):
+        light = ShadowLight(d, k, shade_faces=option)
+        g = Gaussians(points, torch.tensor([[1.0, 0, 0, 0]] * 4), torch.full((4, 3), 0.01), torch.zeros(4, 3),
+                      torch.ones(4))  # fmt: skip
+        shadow = ShadowCaster(g, torch.zeros(4, dtype=torch.long), torch.ones(4, dtype=torch.bool), light)
+        shaded[option] = shadow.shade_points(points, normals, flat, casters)
+    r = (1.0 / torch.tensor(k) - 1.0) / up
+    on = shaded[True]
+    np.testing.assert_allclose(on[0].numpy(), 1.0, atol=1e-6)  # upward and lit: as fitted
+    np.testing.assert_allclose(on[1].numpy(), ((1 + r * cosine) / (1 + r * up)).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(on[2].numpy(), k, rtol=1e-5)  # facing away: the fill and ambient alone
+    assert float(on[3].min()) < 0.9  # in the caster's shadow ...
+    np.testing.assert_allclose(on[3].numpy(), shaded[False][3].numpy(), rtol=1e-5)  # ... exactly as before
+    np.testing.assert_allclose(shaded[False][:3].numpy(), 1.0)  # without the option, only a shadow shades
 
 
 @pytest.mark.slow

@@ -307,7 +307,8 @@ class ShadowCaster:
     ) -> Tensor:
         """(P,3) colour factors of surface Gaussians at world `points` (P,3) m with outward world `normals` (P,3) and
         `flat` (P,) bool (only flat ones have a normal): those facing the light are shaded by the `casters`'
-        shadow (`robot_casters`); the rest keep their colour (1)."""
+        shadow (`robot_casters`); the rest keep their colour (1). With `ShadowLight.shade_faces`, every flat one is
+        also lit by its normal (`_shade_faces`); an upward one gets the same factor either way."""
         out = torch.ones(len(points), 3)
         cosine = normals.to(self.direction) @ -self.direction
         receive = flat & (cosine > 0.2)  # flat and facing the light
