@@ -307,35 +307,26 @@ class ShadowCaster:
     ) -> Tensor:
         """(P,3) colour factors of surface Gaussians at world `points` (P,3) m with outward world `normals` (P,3) and
         `flat` (P,) bool (only flat ones have a normal): those facing the light are shaded by the `casters`'
-        shadow (`robot_casters`); the rest keep their colour (1). With `ShadowLight.shade_faces`, every flat one is
-        also lit by its normal (`_shade_faces`); an upward one gets the same factor either way."""
+        shadow (`robot_casters`), 1 − coverage · (1 − attenuation); the rest keep their colour (1). With
+        `ShadowLight.shade_faces`, every flat one is also lit by its normal: (1 + r·lit) / (1 + r·up), lit its cosine to
+        the light (≥ 0) × the part out of the shadow, up the table's cosine, r the key over the rest per channel (1 /
+        attenuation − 1 over up); an upward one gets the same factor either way."""
         out = torch.ones(len(points), 3)
+        if self.light is None:
+            return out
         cosine = normals.to(self.direction) @ -self.direction
         receive = flat & (cosine > 0.2)  # flat and facing the light
+        up = float(-self.direction[2])  # the table's cosine to the light
+        # The key light each one receives, as a cosine; without `shade_faces` every face counts as an upward one.
+        lit = cosine.clamp_min(0.0) if self.light.shade_faces else torch.full_like(cosine, up)
         means, cov, opacities = casters
-        if self.light is not None and self.light.shade_faces:
-            return self._shade_faces(points, cosine, flat, receive, casters)
-        if self.light is None or not bool(receive.any()) or not len(means):
-            return out
-        out[receive] = self.light.shade(point_coverage(points[receive], means, cov, opacities, self.direction))
-        return out
-
-    def _shade_faces(
-        self, points: Tensor, cosine: Tensor, flat: Tensor, receive: Tensor, casters: tuple[Tensor, Tensor, Tensor]
-    ) -> Tensor:
-        """`shade_points` with `ShadowLight.shade_faces`: (P,3) factors (1 + r·lit) / (1 + r·up) of flat Gaussians, lit
-        = the cosine to the light (≥ 0) × the part out of the casters' shadow, up = the table's cosine, r = 1 /
-        attenuation − 1 over up (key over the rest, per channel); 1 for the others."""
-        assert self.light is not None
-        out = torch.ones(len(points), 3)
-        means, cov, opacities = casters
-        lit = cosine.clamp_min(0.0)
         if bool(receive.any()) and len(means):
             coverage = point_coverage(points[receive], means, cov, opacities, self.direction).clamp(0.0, 1.0)
             lit[receive] = lit[receive] * (1.0 - coverage)
-        up = float(-self.direction[2])
+        # Key over fill and ambient per channel, from the full shadow's attenuation of the table: k = 1 / (1 + r·up).
         ratio = (1.0 / torch.as_tensor(self.light.attenuation, dtype=out.dtype) - 1.0) / up
-        out[flat] = (1.0 + ratio * lit[flat, None]) / (1.0 + ratio * up)
+        shaded = flat if self.light.shade_faces else receive
+        out[shaded] = (1.0 + ratio * lit[shaded, None]) / (1.0 + ratio * up)
         return out
 
     @property
