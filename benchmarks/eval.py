@@ -21,11 +21,11 @@ from pathlib import Path
 import tyro
 
 from realissim.envs import EnvConfig
-from realissim.eval.distributed import CheckpointPolicy
 from realissim.eval.offline import evaluate_offline
 from realissim.eval.online import evaluate_online, online_env_config
 from realissim.eval.stats import wilson
-from realissim.policy.flow_policy import FlowPolicy
+from realissim.learn.flow_policy import FlowPolicy
+from realissim.policy.factory import CheckpointPolicy
 from realissim.real.surrogate import SurrogateConfig
 from realissim.tasks import make, start_set
 

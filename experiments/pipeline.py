@@ -21,14 +21,14 @@ from pathlib import Path
 from realissim.collect import CollectConfig, collect
 from realissim.data.reader import Dataset
 from realissim.envs import EnvConfig
-from realissim.eval.distributed import CheckpointPolicy
 from realissim.eval.offline import evaluate_offline, write_report
 from realissim.eval.online import evaluate_online, write_online_report
 from realissim.eval.stats import rate_text
 from realissim.eval.sweep import SweepSettings, sweep_offline
-from realissim.policy.checkpoint import load_checkpoint
-from realissim.policy.flow_policy import FlowPolicy
-from realissim.policy.train import TrainConfig, train
+from realissim.learn.checkpoint import load_checkpoint
+from realissim.learn.flow_policy import FlowPolicy
+from realissim.learn.train import TrainConfig, train
+from realissim.policy.factory import CheckpointPolicy
 from realissim.real.surrogate import SurrogateConfig
 from realissim.tasks import make, start_set
 

@@ -28,9 +28,9 @@ import tyro
 from pipeline import choose_checkpoint, command_line, ensure_demos, test_offline, train_arm
 
 from realissim.eval.stats import rate_text
-from realissim.policy.checkpoint import load_checkpoint
-from realissim.policy.model import ModelConfig
-from realissim.policy.train import TrainConfig
+from realissim.learn.checkpoint import load_checkpoint
+from realissim.learn.model import ModelConfig
+from realissim.learn.train import TrainConfig
 
 log = logging.getLogger("policy_scaling")
 

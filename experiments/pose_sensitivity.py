@@ -36,10 +36,10 @@ from realissim.envs import BatchEnv, EnvConfig
 from realissim.eval.episode import run_episodes
 from realissim.eval.stats import rate_text
 from realissim.geometry import quat_yaw
+from realissim.learn.checkpoint import load_checkpoint
+from realissim.learn.flow_policy import FlowPolicy
+from realissim.learn.observations import state_vector
 from realissim.policy import ActionChunk, Observation, Policy
-from realissim.policy.checkpoint import load_checkpoint
-from realissim.policy.flow_policy import FlowPolicy
-from realissim.policy.observations import state_vector
 from realissim.spec.state import StartState
 from realissim.tasks import Task, make, start_set
 

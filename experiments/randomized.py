@@ -38,8 +38,8 @@ from pipeline import (
 )
 
 from realissim.eval.stats import rate_text
-from realissim.policy.model import ModelConfig
-from realissim.policy.train import TrainConfig
+from realissim.learn.model import ModelConfig
+from realissim.learn.train import TrainConfig
 
 Arm = Literal["nominal", "randomized"]
 

@@ -13,9 +13,9 @@ from realissim.data.schema import DISTURBANCES_KEY
 from realissim.data.store import Dataset
 from realissim.expert.disturb import DisturbConfig, Disturber
 from realissim.geometry import quat_yaw
+from realissim.learn.dataset import build_samples, disturbance_mask
+from realissim.learn.observations import make_encoder
 from realissim.policy.base import ActionChunk, Observation
-from realissim.policy.dataset import build_samples, disturbance_mask
-from realissim.policy.observations import make_encoder
 from realissim.tasks import make
 from realissim.tasks.pusht import PushTTask
 

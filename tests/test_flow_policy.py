@@ -22,23 +22,24 @@ from realissim.data.schema import DatasetError
 from realissim.data.store import Dataset, DatasetWriter
 from realissim.envs import BatchEnv, Env
 from realissim.envs.env import FrameInfo
-from realissim.eval.distributed import CheckpointPolicy, evaluate_offline_ray
+from realissim.eval.distributed import evaluate_offline_ray
 from realissim.eval.episode import EpisodeObserver, EpisodeResult, run_episode, run_episodes
 from realissim.eval.offline import evaluate_offline
 from realissim.eval.sweep import SweepSettings, sweep_offline
 from realissim.expert.pusht import PushTExpert
 from realissim.geometry import quat_yaw, yaw_quat
+from realissim.learn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from realissim.learn.dataset import chunk_targets, split_episodes
+from realissim.learn.flow import FlowConfig, euler_sample, flow_loss, sample_time
+from realissim.learn.flow_policy import FlowPolicy, TipSpeedLimit
+from realissim.learn.layers import Mish
+from realissim.learn.model import ModelConfig
+from realissim.learn.normalizer import Normalizer
+from realissim.learn.observations import make_encoder
+from realissim.learn.train import TrainConfig, TrainResult, train
+from realissim.learn.unet import ConditionalUNet1D, UNetConfig
 from realissim.policy import ActionChunk, Observation
-from realissim.policy.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from realissim.policy.dataset import chunk_targets, split_episodes
-from realissim.policy.flow import FlowConfig, euler_sample, flow_loss, sample_time
-from realissim.policy.flow_policy import FlowPolicy, TipSpeedLimit
-from realissim.policy.layers import Mish
-from realissim.policy.model import ModelConfig
-from realissim.policy.normalizer import Normalizer
-from realissim.policy.observations import make_encoder
-from realissim.policy.train import TrainConfig, TrainResult, train
-from realissim.policy.unet import ConditionalUNet1D, UNetConfig
+from realissim.policy.factory import CheckpointPolicy
 from realissim.spec.scene import Pose
 from realissim.spec.state import StartState
 from realissim.tasks import Task, make, start_set

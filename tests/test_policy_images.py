@@ -18,13 +18,13 @@ from realissim.data.store import Dataset, DatasetWriter
 from realissim.envs import BatchEnv, Env, EnvConfig
 from realissim.eval.episode import EpisodeObserver, run_episode
 from realissim.expert.pusht import PushTExpert
-from realissim.policy.checkpoint import CheckpointError
-from realissim.policy.flow_policy import FlowPolicy
-from realissim.policy.image_cache import RenderCache
-from realissim.policy.model import ModelConfig
-from realissim.policy.train import TrainConfig, train
-from realissim.policy.unet import UNetConfig
-from realissim.policy.vision import VisionConfig
+from realissim.learn.checkpoint import CheckpointError
+from realissim.learn.flow_policy import FlowPolicy
+from realissim.learn.image_cache import RenderCache
+from realissim.learn.model import ModelConfig
+from realissim.learn.train import TrainConfig, train
+from realissim.learn.unet import UNetConfig
+from realissim.learn.vision import VisionConfig
 from realissim.tasks import Task, make
 
 SIZE = (32, 32)
@@ -159,7 +159,7 @@ def test_the_real_representation_needs_recorded_real_frames(image_data: Path, tm
 
 
 def test_max_episodes_trains_on_the_first_successful_episodes_only(image_data: Path, tmp_path: Path) -> None:
-    from realissim.policy.checkpoint import load_checkpoint
+    from realissim.learn.checkpoint import load_checkpoint
 
     model = ModelConfig(network=UNetConfig(channels=(16, 32), time_dim=16))
     config = TrainConfig(model=model, steps=2, batch_size=4, val_fraction=0.0, max_episodes=1, progress=False)
@@ -172,8 +172,8 @@ def test_max_episodes_trains_on_the_first_successful_episodes_only(image_data: P
 def test_the_auxiliary_pose_loss_trains_a_head_that_reads_the_object_pose_from_the_features(
     task: Task, image_data: Path, tmp_path: Path
 ) -> None:
-    from realissim.policy.dataset import build_samples
-    from realissim.policy.train import validation_loss
+    from realissim.learn.dataset import build_samples
+    from realissim.learn.train import validation_loss
 
     """With the encoder's fusion MLP (`image_hidden`) too, whose features the head reads with the rest."""
     base = image_config("static")
@@ -205,7 +205,7 @@ def test_lifted_wrist_keypoints_land_where_the_wrist_camera_sees_them(task: Task
     twin's body poses), come back to their world (x, y) through `lift_pixels` at the camera pose computed from q
     alone; a ray that misses the plane stays finite."""
     from realissim.geometry import project_points
-    from realissim.policy.lift import WristGeometry, lift_pixels
+    from realissim.learn.lift import WristGeometry, lift_pixels
     from realissim.twin.physics import PhysicsConfig, build_model
     from realissim.twin.virtual import WristCamera, WristMount, body_poses
 
@@ -241,7 +241,7 @@ def test_lifted_wrist_keypoints_land_where_the_wrist_camera_sees_them(task: Task
 def test_the_torch_state_vector_equals_the_state_encoders(task: Task, image_data: Path) -> None:
     """`state_from_pose` (what a `via_pose` policy builds from its estimate) is the state policy's own vector for
     the recorded pose, and reads an unnormalised (sin, cos) pair as the yaw it encodes."""
-    from realissim.policy.observations import StateEncoder, state_from_pose
+    from realissim.learn.observations import StateEncoder, state_from_pose
     from realissim.twin.kinematics import PusherIK
 
     encoder = StateEncoder(7, 1, PusherIK(task.scene))
@@ -265,7 +265,7 @@ def test_a_via_pose_policy_acts_on_its_estimate_and_learns_the_actions_on_the_re
 ) -> None:
     """`via_pose`: training conditions the velocity network on the recorded pose (the flow loss's gradient does
     not reach the image trunk; the pose loss's does); acting and validation condition it on the head's estimate."""
-    from realissim.policy.dataset import build_samples
+    from realissim.learn.dataset import build_samples
 
     base = image_config("wrist")
     config = dataclasses.replace(
@@ -312,7 +312,7 @@ def test_a_via_pose_policy_acts_on_its_estimate_and_learns_the_actions_on_the_re
 def test_a_via_pose_policy_adopts_a_trained_state_policy_frozen(task: Task, image_data: Path, tmp_path: Path) -> None:
     """`policy_from`: the image policy takes the state policy's velocity network, state MLP and normalisers as
     they are and trains only its image encoder and pose head; a state policy of another config is refused."""
-    from realissim.policy.checkpoint import load_checkpoint
+    from realissim.learn.checkpoint import load_checkpoint
 
     base = image_config("wrist")
     state_model = dataclasses.replace(base.model, obs="state", state_hidden=(16,), image_size=(96, 96))
@@ -341,7 +341,7 @@ def test_a_via_pose_policy_adopts_a_trained_state_policy_frozen(task: Task, imag
         TrainConfig(model=state_model, policy_from=str(state.checkpoint))
     # The same state policy as if trained on another dataset of this scene: refused, unless asked for; and one
     # trained in another scene is refused even then.
-    from realissim.policy.checkpoint import save_checkpoint
+    from realissim.learn.checkpoint import save_checkpoint
 
     meta, tensors = load_checkpoint(state.checkpoint)
     meta["dataset"]["fingerprint"] = "0" * 64

@@ -19,7 +19,7 @@ from realissim.tasks import make
 from realissim.twin.physics import PhysicsConfig
 
 if TYPE_CHECKING:
-    from realissim.policy.train import TrainConfig
+    from realissim.learn.train import TrainConfig
 
 
 @dataclass
@@ -396,9 +396,9 @@ class Train:
     """Show a progress bar."""
 
     def config(self) -> TrainConfig:
-        from realissim.policy.model import ModelConfig
-        from realissim.policy.train import TrainConfig
-        from realissim.policy.unet import UNetConfig
+        from realissim.learn.model import ModelConfig
+        from realissim.learn.train import TrainConfig
+        from realissim.learn.unet import UNetConfig
 
         return TrainConfig(
             model=ModelConfig(
@@ -429,8 +429,8 @@ class Train:
 
     def run(self) -> int:
         from realissim.data.schema import DatasetError
-        from realissim.policy.checkpoint import CheckpointError
-        from realissim.policy.train import train
+        from realissim.learn.train import train
+        from realissim.policy.factory import CheckpointError
 
         try:
             result = train(self.config(), self.data, self.out, resume=self.resume)
@@ -462,8 +462,8 @@ class PolicyCmd:
     """A checkpoint file (a run's last.pt or checkpoints/step_*.pt)."""
 
     def run(self) -> int:
-        from realissim.policy.checkpoint import CheckpointError
-        from realissim.policy.info import describe
+        from realissim.learn.info import describe
+        from realissim.policy.factory import CheckpointError
 
         try:
             print(describe(self.checkpoint))
@@ -557,7 +557,7 @@ class EvalOffline:
     `ray` extra); the same per-episode results as a local run."""
 
     def run(self) -> int:
-        from realissim.policy.checkpoint import CheckpointError
+        from realissim.policy.factory import CheckpointError
 
         try:
             if self.ray is not None and self.mode == "online":
@@ -576,20 +576,19 @@ class EvalOffline:
             return 3
 
     def _online(self) -> int:
-        from realissim.eval.distributed import CheckpointPolicy
         from realissim.eval.online import evaluate_online, online_env_config, write_online_report
-        from realissim.policy.flow_policy import FlowPolicy
+        from realissim.policy.factory import CheckpointPolicy, load_policy
         from realissim.real.surrogate import SurrogateConfig
         from realissim.tasks import start_set
 
         name = self.starts or "pusht/online-v1"
         starts = start_set(name)[: self.limit]
-        policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
+        policy = load_policy(str(self.target), steps=self.steps, seed=self.seed, threads=self.threads)
         task = make(name.partition("/")[0])
         policy.check_scene(task.scene)
         env = online_env_config(self.correct_every, self.replan_every, self.calibrate_at, self.max_held_s,
                                 self.early_search, self.early_hold, not self.no_alarm_check)  # fmt: skip
-        config = policy.env_config(env)
+        config = env.observing(policy.needs)
         world = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=(160, 90),
                                 mode="realtime" if self.realtime else "lockstep")  # fmt: skip
         about = {"checkpoint": str(self.target), "starts": name, "trials": self.trials,
@@ -668,19 +667,19 @@ class EvalOffline:
     def _offline(self) -> int:
         from realissim.envs import EnvConfig
         from realissim.eval.offline import evaluate_offline, write_report
-        from realissim.policy.flow_policy import FlowPolicy
+        from realissim.policy.factory import CheckpointPolicy, load_policy
         from realissim.tasks import start_set
 
         name = self.starts or "pusht/eval-v1"
         starts = start_set(name)[: self.limit]
-        policy = FlowPolicy.load(self.target, steps=self.steps, seed=self.seed, threads=self.threads)
-        if policy.config.obs == "real":
+        policy = load_policy(str(self.target), steps=self.steps, seed=self.seed, threads=self.threads)
+        if policy.needs.real_images:
             raise ValueError("a policy trained on real camera frames runs online only: realissim eval online")
         task = make(name.partition("/")[0])
         policy.check_scene(task.scene)
-        config = policy.env_config(EnvConfig(replan_every=self.replan_every, sleep=self.sleep))
+        config = EnvConfig(replan_every=self.replan_every, sleep=self.sleep).observing(policy.needs)
         if self.ray is not None:
-            from realissim.eval.distributed import CheckpointPolicy, evaluate_offline_ray
+            from realissim.eval.distributed import evaluate_offline_ray
 
             factory = CheckpointPolicy(str(self.target), self.steps, self.seed, self.threads)
             report = evaluate_offline_ray(task.name, factory, starts, self.envs, self.max_seconds, config, self.ray)

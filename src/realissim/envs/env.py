@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from realissim.policy.base import ActionChunk, Observation
+from realissim.policy.factory import ObservationNeeds
 from realissim.real.interfaces import RealWorld
 from realissim.runtime.loop import FrameReport, Runtime, RuntimeConfig
 from realissim.spec.state import StartState
@@ -61,6 +62,13 @@ class EnvConfig:
     the search has not found it again, so the rest of the episode would measure nothing but the wait (stop 31:
     one T propped on its edge held the arm for 58 of 60 s). None (the default, as sync scenarios want): never;
     online evaluation sets 10 s (`online_env_config`)."""
+
+    def observing(self, needs: ObservationNeeds) -> EnvConfig:
+        """This config with the virtual cameras and image size a policy needs, and the real frames if it needs
+        them (never turned off here)."""
+        return replace(
+            self, cameras=needs.cameras, image_size=needs.image_size, real_images=self.real_images or needs.real_images
+        )
 
     def __post_init__(self) -> None:
         if self.replan_every is not None and not self.replan_every > 0:

@@ -16,49 +16,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from tqdm import tqdm
 
 from realissim.envs import BatchEnv, EnvConfig
 from realissim.eval.episode import EpisodeResult, run_episodes
 from realissim.eval.offline import OfflineReport, batches
-from realissim.policy.base import Policy
+from realissim.policy.factory import PolicyFactory
 from realissim.spec.state import StartState
-from realissim.tasks import Task, make
+from realissim.tasks import make
 
 log = logging.getLogger(__name__)
-
-
-class PolicyFactory(Protocol):
-    """Builds, inside a worker, the batched policy for `task` and a batch of `envs` environments. Must pickle."""
-
-    def __call__(self, task: Task, envs: int) -> Policy: ...
-
-
-@dataclass(frozen=True)
-class CheckpointPolicy:
-    """A flow policy loaded from `path` (which every worker must be able to read) with the given Euler steps
-    (None: the checkpoint's), noise seed and torch threads, checked against the task's scene."""
-
-    path: str
-    steps: int | None = None
-    seed: int = 0
-    threads: int = 1
-
-    def __call__(self, task: Task, envs: int) -> Policy:
-        from realissim.policy.flow_policy import FlowPolicy
-
-        policy = FlowPolicy.load(self.path, steps=self.steps, seed=self.seed, threads=self.threads)
-        policy.check_scene(task.scene)
-        return policy
-
-    def env_config(self, base: EnvConfig) -> EnvConfig:
-        """`base` with what the policy needs rendered (its cameras)."""
-        from realissim.policy.flow_policy import FlowPolicy
-
-        return FlowPolicy.load(self.path).env_config(base)
 
 
 def run_batch(

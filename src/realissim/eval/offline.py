@@ -121,7 +121,7 @@ def evaluate_offline(
                 done[i] = run_episodes(env, policy, batch, max_seconds)
                 _advance(bar, done)
         else:
-            from realissim.policy.model import torch_settings  # (torch only where a worker pool runs)
+            from realissim.util.torch_threads import torch_settings  # (torch only where a worker pool runs)
 
             local = threading.local()
 

@@ -35,11 +35,11 @@ from tqdm import tqdm
 
 from realissim.envs import Env, EnvConfig
 from realissim.envs.env import FrameInfo
-from realissim.eval.distributed import PolicyFactory
 from realissim.eval.episode import EpisodeObserver, EpisodeResult, run_episode
 from realissim.eval.stats import agreement, wilson
 from realissim.eval.sync.metrics import DESYNC_M, LOSS_MIN_S, detector_score
 from realissim.policy.base import Policy
+from realissim.policy.factory import PolicyFactory
 from realissim.real.surrogate import Surrogate, SurrogateConfig, SurrogateError
 from realissim.runtime import RuntimeConfig
 from realissim.signals import ending, terminate_raises

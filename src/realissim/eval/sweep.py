@@ -25,6 +25,7 @@ from typing import Literal
 from realissim.envs import EnvConfig
 from realissim.eval.offline import OfflineReport, batches, evaluate_offline, write_report
 from realissim.eval.stats import compare_rankings
+from realissim.policy.factory import CheckpointPolicy, load_policy
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +84,13 @@ def sweep_offline(
     threads: int = 1,
     ray_address: str | None = None,
     workers: int = 1,
+    kind: str = "flow",
 ) -> tuple[list[SweepRow], SweepRow, Path]:
     """Evaluate every checkpoint of `run` offline (see the module docstring): rows by step, the chosen row, and
     the output folder; `workers` batches at once locally (`evaluate_offline`; the results do not depend on
     it). With `ray_address` ("local", "auto", "ray://host:port"), every (checkpoint, batch) pair not yet
-    evaluated runs as one Ray task (`eval.distributed`), with the same per-episode results as locally."""
-    from realissim.policy.flow_policy import FlowPolicy
+    evaluated runs as one Ray task (`eval.distributed`), with the same per-episode results as locally. The
+    checkpoints are read by the policy loader of `kind` (`policy.factory`)."""
     from realissim.tasks import make, start_set
 
     checkpoints = run_checkpoints(run)
@@ -105,12 +107,12 @@ def sweep_offline(
 
     todo = [(step, path) for step, path in checkpoints if done(step) is None]
     if ray_address is not None and todo:
-        _sweep_on_ray(todo, task_name, starts, settings, out, threads, ray_address)
+        _sweep_on_ray(todo, task_name, starts, settings, out, threads, ray_address, kind)
     for i, (step, path) in enumerate(todo if ray_address is None else []):
         log.info("checkpoint %d/%d: step %d", i + 1, len(todo), step)
-        policy = FlowPolicy.load(path, steps=settings.steps, seed=settings.seed, threads=threads)
+        policy = load_policy(str(path), kind, steps=settings.steps, seed=settings.seed, threads=threads)
         policy.check_scene(task.scene)
-        config = policy.env_config(EnvConfig(replan_every=settings.replan_every))
+        config = EnvConfig(replan_every=settings.replan_every).observing(policy.needs)
         report = evaluate_offline(task, policy, starts, settings.envs, settings.max_seconds, config, workers=workers)
         write_report(report, out / f"step_{step:07d}", {"checkpoint": str(path), "step": step, "sweep": key})
     rows = []
@@ -134,19 +136,20 @@ def _sweep_on_ray(
     out: Path,
     threads: int,
     address: str,
+    kind: str,
 ) -> None:
     """Evaluate the checkpoints `todo` with every (checkpoint, batch) pair a Ray task; each checkpoint's report
     is written as soon as all of its batches are in (so an interrupted sweep keeps them)."""
     import time
 
-    from realissim.eval.distributed import CheckpointPolicy, connect, map_batches
+    from realissim.eval.distributed import connect, map_batches
 
     connect(address)
     split = batches(starts, settings.envs)
     jobs, owner = [], []
     for step, path in todo:
-        factory = CheckpointPolicy(str(path), settings.steps, settings.seed, threads)
-        config = factory.env_config(EnvConfig(replan_every=settings.replan_every))
+        factory = CheckpointPolicy(str(path), settings.steps, settings.seed, threads, kind)
+        config = EnvConfig(replan_every=settings.replan_every).observing(factory.load().needs)
         for b in split:
             jobs.append((task_name, factory, b, settings.max_seconds, config))
             owner.append(step)
@@ -231,15 +234,14 @@ def sweep_online(
     out: Path | None = None,
     threads: int = 1,
     workers: int = 1,
+    kind: str = "flow",
 ) -> tuple[list[SweepRow], Path]:
     """Evaluate every checkpoint of `run` online (`eval.online.evaluate_online`: the surrogate, correction and
     follower on, success on its oracle), one report folder per checkpoint under `out` (default
     `run/sweep/online_<start set>`), resumable like `sweep_offline` and, within a checkpoint, episode by
     episode (its journal); rows by step and the folder. `workers` > 1: that many processes per checkpoint,
-    each with its own surrogate."""
-    from realissim.eval.distributed import CheckpointPolicy
+    each with its own surrogate; checkpoints read by the loader of `kind`."""
     from realissim.eval.online import evaluate_online, online_env_config, write_online_report
-    from realissim.policy.flow_policy import FlowPolicy
     from realissim.real.surrogate import SurrogateConfig
     from realissim.tasks import make, start_set
 
@@ -257,11 +259,13 @@ def sweep_online(
         summary = json.loads(done.read_text()) if done.exists() else None
         if summary is None or summary.get("sweep") != key:
             log.info("online: checkpoint %d/%d: step %d", i + 1, len(checkpoints), step)
-            policy = FlowPolicy.load(path, steps=settings.steps, seed=settings.seed, threads=threads)
+            policy = load_policy(str(path), kind, steps=settings.steps, seed=settings.seed, threads=threads)
             policy.check_scene(task.scene)
             about = {"checkpoint": str(path), "step": step, "sweep": key}
-            acting = policy if workers == 1 else CheckpointPolicy(str(path), settings.steps, settings.seed)
-            config = policy.env_config(online_env_config(settings.correct_every, calibrate_at=settings.calibrate_at))
+            acting = policy if workers == 1 else CheckpointPolicy(str(path), settings.steps, settings.seed, kind=kind)
+            config = online_env_config(settings.correct_every, calibrate_at=settings.calibrate_at).observing(
+                policy.needs
+            )
             # The journal's key leaves the limit out: a larger one extends the episodes already run.
             journal_key = about | {"sweep": {k: v for k, v in key.items() if k != "limit"}}
             report = evaluate_online(task, acting, starts, settings.trials, settings.max_seconds, config, world,

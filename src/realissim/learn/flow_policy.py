@@ -8,7 +8,6 @@ problem), an observation with NaN (ValueError naming the field) — and it never
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import warnings
 from pathlib import Path
@@ -18,23 +17,24 @@ import torch
 
 from realissim.assets import panda
 from realissim.envs.env import EnvConfig
-from realissim.policy.base import ActionChunk, Observation
-from realissim.policy.checkpoint import CheckpointError, load_checkpoint
-from realissim.policy.model import (
+from realissim.learn.checkpoint import CheckpointError, load_checkpoint
+from realissim.learn.model import (
     LEGACY_MODEL_FIELDS,
     FilmVelocity,
     FlowPolicyModel,
     ModelConfig,
     build_model,
-    torch_settings,
 )
-from realissim.policy.observations import require_finite
-from realissim.policy.unet import FilmForward
+from realissim.learn.observations import require_finite
+from realissim.learn.unet import FilmForward
+from realissim.policy.base import ActionChunk, Observation
+from realissim.policy.factory import ObservationNeeds
 from realissim.spec.codec import first_difference, from_dict
 from realissim.spec.errors import SpecError
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import ChainKinematics, TipHold, robot_only_model
+from realissim.util.torch_threads import torch_settings
 
 
 def batched(observation: Observation) -> Observation:
@@ -204,12 +204,16 @@ class FlowPolicy:
             policy.check_scene(scene)
         return policy
 
-    def env_config(self, base: EnvConfig = EnvConfig()) -> EnvConfig:
-        """`base` with the virtual cameras (and their size) this policy observes, and the real cameras' frames
-        when it observes those (`real`: online only)."""
+    @property
+    def needs(self) -> ObservationNeeds:
+        """The virtual cameras (and their size) this policy observes, and whether it observes the real cameras'
+        frames (`real`: online only)."""
         encoder = self.model.encoder
-        real = base.real_images or self.config.obs == "real"
-        return dataclasses.replace(base, cameras=encoder.cameras, image_size=encoder.image_size, real_images=real)
+        return ObservationNeeds(encoder.cameras, encoder.image_size, self.config.obs == "real")
+
+    def env_config(self, base: EnvConfig = EnvConfig()) -> EnvConfig:
+        """`base` observing what this policy needs (`EnvConfig.observing`)."""
+        return base.observing(self.needs)
 
     def check_scene(self, scene: SceneSpec) -> None:
         """CheckpointError naming the first difference between `scene` and the training scene in the parts

@@ -29,18 +29,18 @@ from tqdm import tqdm
 
 from realissim.data.reader import Dataset
 from realissim.data.schema import EpisodeInfo, code_version
-from realissim.policy.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from realissim.policy.dataset import ChunkSamples, build_samples, fingerprint, open_training_data, split_episodes
-from realissim.policy.model import (
+from realissim.learn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from realissim.learn.dataset import ChunkSamples, build_samples, fingerprint, open_training_data, split_episodes
+from realissim.learn.model import (
     LEGACY_MODEL_FIELDS,
     FlowPolicyModel,
     ModelConfig,
     build_model,
     model_fields_in_use,
-    torch_settings,
 )
 from realissim.spec.codec import first_difference, to_dict
 from realissim.spec.io import scene_to_dict
+from realissim.util.torch_threads import torch_settings
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ class _Run:
         return self.losses[-1]
 
     def meta(self, data: Path) -> dict[str, Any]:
-        """The checkpoint's JSON meta (see `realissim.policy.checkpoint`)."""
+        """The checkpoint's JSON meta (see `realissim.learn.checkpoint`)."""
         d = self.dataset
         return {
             "config": to_dict(self.config),
@@ -427,12 +427,12 @@ def train(config: TrainConfig, data: str | Path, out: str | Path, resume: bool =
     out.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(out / "train.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger("realissim.policy").addHandler(handler)
+    logging.getLogger("realissim.learn").addHandler(handler)
     try:
         with torch_settings(config.threads, config.deterministic):
             return _train(config, dataset, data, out, resume)
     finally:
-        logging.getLogger("realissim.policy").removeHandler(handler)
+        logging.getLogger("realissim.learn").removeHandler(handler)
         handler.close()
 
 

@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from realissim.data.reader import Dataset
 from realissim.data.render import StateRenderer
-from realissim.policy.dataset import fingerprint
+from realissim.learn.dataset import fingerprint
 
 log = logging.getLogger(__name__)
 

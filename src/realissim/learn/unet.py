@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
-from realissim.policy.layers import Mish
+from realissim.learn.layers import Mish
 
 
 @dataclass(frozen=True)

@@ -24,14 +24,13 @@ from typing import Any
 
 import torch
 
+from realissim.policy.factory import CheckpointError
+
+__all__ = ["FORMAT", "VERSION", "CheckpointError", "load_checkpoint", "save_checkpoint"]
+
 FORMAT = "realissim.flow_policy"
 VERSION = 1
 _TENSORS = ("model", "ema", "optimizer", "losses", "val", "torch_rng", "noise_rng")
-
-
-class CheckpointError(Exception):
-    """A checkpoint that cannot be used: unreadable, not a flow-policy checkpoint, or incompatible; the message
-    names the file and the problem."""
 
 
 def save_checkpoint(path: str | Path, meta: dict[str, Any], tensors: dict[str, Any]) -> Path:

@@ -8,20 +8,19 @@ normalised chunk; flow matching on the normalised chunk given c; sampling runs t
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
-from realissim.policy.flow import FlowConfig, euler_times, flow_loss
-from realissim.policy.layers import Mish
-from realissim.policy.normalizer import Normalizer, NormMode
-from realissim.policy.observations import ObservationEncoder, ObsKind, StateEncoder, make_encoder, state_from_pose
-from realissim.policy.unet import ConditionalUNet1D, FilmForward, UNetConfig
-from realissim.policy.vision import VisionConfig
+from realissim.learn.flow import FlowConfig, euler_times, flow_loss
+from realissim.learn.layers import Mish
+from realissim.learn.normalizer import Normalizer, NormMode
+from realissim.learn.observations import ObservationEncoder, ObsKind, StateEncoder, make_encoder, state_from_pose
+from realissim.learn.unet import ConditionalUNet1D, FilmForward, UNetConfig
+from realissim.learn.vision import VisionConfig
 from realissim.spec.scene import SceneSpec
 
 FilmVelocity = Callable[[Tensor, Sequence[Tensor], Sequence[Tensor]], Tensor]
@@ -50,7 +49,7 @@ class ModelConfig:
     directly."""
     wrist_lift: bool = False
     """`wrist`: also each image keypoint's world (x, y) where its ray from the wrist camera (posed by forward
-    kinematics of q) meets the plane of the objects' top faces (`realissim.policy.lift`), so the network need
+    kinematics of q) meets the plane of the objects' top faces (`realissim.learn.lift`), so the network need
     not learn the camera's kinematics to know where things are."""
     camera: str | None = None
     """Image representations: the camera (None: "wrist" for `wrist`, the scene's first camera otherwise)."""
@@ -362,23 +361,3 @@ def build_model(config: ModelConfig, scene: SceneSpec) -> FlowPolicyModel:
         tip = getattr(encoder, "tip", None)
         pose_state = StateEncoder(len(scene.robot.joints), len(scene.objects), tip, config.state_hidden)
     return FlowPolicyModel(config, encoder, len(scene.robot.joints) + 1, pose_state)
-
-
-@contextlib.contextmanager
-def torch_settings(threads: int, deterministic: bool | None = None) -> Iterator[None]:
-    """Torch's CPU thread count and (unless None) determinism flag for the duration, restored after. Only what
-    differs is changed: setting the thread count rebuilds torch's thread pool, which cost more than a whole
-    chunk's sampling when done on every call."""
-    was_threads, was_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    det = was_det if deterministic is None else deterministic
-    if threads != was_threads:
-        torch.set_num_threads(threads)
-    if det != was_det:
-        torch.use_deterministic_algorithms(det)
-    try:
-        yield
-    finally:
-        if threads != was_threads:
-            torch.set_num_threads(was_threads)
-        if det != was_det:
-            torch.use_deterministic_algorithms(was_det)

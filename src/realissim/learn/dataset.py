@@ -25,7 +25,7 @@ from realissim.data.reader import Dataset
 from realissim.data.schema import DISTURBANCES_KEY, DatasetError, EpisodeInfo
 
 if TYPE_CHECKING:  # the encoders import this module's fingerprint (render cache)
-    from realissim.policy.observations import ObservationEncoder
+    from realissim.learn.observations import ObservationEncoder
 
 
 @dataclass(frozen=True)

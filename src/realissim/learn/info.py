@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from realissim.policy.checkpoint import load_checkpoint
+from realissim.learn.checkpoint import load_checkpoint
 
 
 def describe(checkpoint: str | Path) -> str:

@@ -123,7 +123,7 @@ class ImageTrunk(nn.Module):
 
     def keypoints(self, images: Tensor) -> tuple[Tensor, Tensor]:
         """uint8 images (B, H, W, 3) → the spatial softmax's keypoints (B, K, 2) in [−1, 1] over the crop, and
-        the same keypoints (B, K, 2) as (u, v) pixels of the whole image (for geometry: `realissim.policy.lift`)."""
+        the same keypoints (B, K, 2) as (u, v) pixels of the whole image (for geometry: `realissim.learn.lift`)."""
         x = images.permute(0, 3, 1, 2).float() / 255.0
         x, offsets, side = self.crop(x)
         kp = self.head(self.stages(self.stem((x - self.mean) / self.std))).reshape(len(x), -1, 2)

@@ -27,11 +27,11 @@ from torch.nn import functional
 from realissim.data.reader import Dataset
 from realissim.data.schema import DatasetError, EpisodeInfo
 from realissim.geometry import quat_yaw
+from realissim.learn.image_cache import RenderCache
+from realissim.learn.layers import Mish
+from realissim.learn.lift import WristGeometry, lift_pixels
+from realissim.learn.vision import ImageTrunk, VisionConfig
 from realissim.policy.base import Observation
-from realissim.policy.image_cache import RenderCache
-from realissim.policy.layers import Mish
-from realissim.policy.lift import WristGeometry, lift_pixels
-from realissim.policy.vision import ImageTrunk, VisionConfig
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK
 from realissim.twin.virtual import WRIST

@@ -1,0 +1,1 @@
+"""Utilities with no knowledge of robots or scenes: threads, worker processes, signals, images, torch settings."""
