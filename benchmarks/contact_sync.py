@@ -25,11 +25,11 @@ import tyro
 
 from realissim.eval.sync.scenario import contact_rich, run_scenario
 from realissim.eval.sync.sweep import SWEEP_SEED, describe, sweep_profiles
-from realissim.loop_demo import jsonable
 from realissim.real.surrogate import save_gap
 from realissim.runtime.loop import RuntimeConfig
 from realissim.tasks import make
 from realissim.twin.shadows import ShadowFitConfig
+from realissim.util.jsonable import jsonable
 
 KEYS = (
     ("pos_err_median_mm", "position error, median (mm)"),

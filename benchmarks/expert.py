@@ -1,7 +1,7 @@
 """The PushT expert: success offline on `pusht/eval-v1` and online on `pusht/online-v1` (surrogate real world,
 default gap unless --gap, correction and follower on, lock-step, success judged on the oracle), with 95 % Wilson
 intervals, the median time to success, the failure modes, and the offline collection rate (episodes recorded into
-an episode store per minute, through `realissim.collect`).
+an episode store per minute, through `realissim.apps.collect`).
 
 Each episode's result is appended to a JSON-lines log beside the output (`--log`), and a re-run with the same log
 skips the episodes already there, so a run cut off (e.g. by a session's end) resumes.
@@ -23,7 +23,7 @@ import numpy as np
 import tyro
 from tqdm import tqdm
 
-from realissim.collect import CollectConfig, collect
+from realissim.apps.collect import CollectConfig, collect
 from realissim.envs import Env, EnvConfig
 from realissim.eval.episode import run_episode
 from realissim.eval.stats import wilson
@@ -135,7 +135,7 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def collection_rate(n: int) -> float:
-    """Offline episodes per minute recorded into a fresh dataset by `realissim.collect` (the real path)."""
+    """Offline episodes per minute recorded into a fresh dataset by `realissim.apps.collect` (the real path)."""
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         report = collect(CollectConfig(episodes=n, out=Path(tmp) / "ds", seed=1, progress=False))

@@ -21,9 +21,9 @@ from pathlib import Path
 import tyro
 
 from realissim.eval.sync.scenario import ScenarioConfig, run_scenario
-from realissim.loop_demo import jsonable
 from realissim.real.surrogate.gap import Disturbance
 from realissim.tasks import make
+from realissim.util.jsonable import jsonable
 
 
 @dataclass

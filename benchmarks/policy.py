@@ -33,9 +33,9 @@ from realissim.envs import BatchEnv, Env, EnvConfig
 from realissim.eval.episode import run_episode
 from realissim.expert.pusht import PushTExpert
 from realissim.geometry import quat_yaw, yaw_quat
+from realissim.learn.config import ModelConfig, TrainConfig
 from realissim.learn.flow_policy import FlowPolicy
-from realissim.learn.model import ModelConfig
-from realissim.learn.train import TrainConfig, train
+from realissim.learn.train import train
 from realissim.spec.scene import Pose
 from realissim.spec.state import StartState
 from realissim.tasks import Task, make

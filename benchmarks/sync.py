@@ -35,10 +35,11 @@ class Args:
 
 def main(args: Args) -> dict:
     if args.realtime:
-        from realissim.threads import reserve_core_for_world
+        from realissim.util.threads import reserve_core_for_world
 
         reserve_core_for_world()  # before numba is imported
-    from realissim.loop_demo import LoopDemoConfig, format_table, jsonable, run_loop_demo
+    from realissim.apps.demo import LoopDemoConfig, format_table, run_loop_demo
+    from realissim.util.jsonable import jsonable
 
     config = LoopDemoConfig(seconds=args.seconds, gap=args.gap, realtime=args.realtime, seed=args.seed, record=False)
     results = run_loop_demo(config, out=None)

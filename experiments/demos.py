@@ -38,9 +38,8 @@ from pipeline import (
     train_minutes,
 )
 
+from realissim.learn.config import ModelConfig, TrainConfig
 from realissim.learn.dataset import fingerprint, open_training_data
-from realissim.learn.model import ModelConfig
-from realissim.learn.train import TrainConfig
 
 PAPER = {30: 0.567, 60: 0.767}
 """The paper's state-policy success with 30 and 60 real demonstrations (self-graded by progress)."""

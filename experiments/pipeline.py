@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from realissim.collect import CollectConfig, collect
+from realissim.apps.collect import CollectConfig, collect
 from realissim.data.reader import Dataset
 from realissim.envs import EnvConfig
 from realissim.eval.offline import evaluate_offline, write_report
@@ -26,8 +26,9 @@ from realissim.eval.online import evaluate_online, write_online_report
 from realissim.eval.stats import rate_text
 from realissim.eval.sweep import SweepSettings, sweep_offline
 from realissim.learn.checkpoint import load_checkpoint
+from realissim.learn.config import TrainConfig
 from realissim.learn.flow_policy import FlowPolicy
-from realissim.learn.train import TrainConfig, train
+from realissim.learn.train import train
 from realissim.policy.factory import CheckpointPolicy
 from realissim.real.surrogate import SurrogateConfig
 from realissim.tasks import make, start_set

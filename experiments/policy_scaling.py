@@ -29,8 +29,7 @@ from pipeline import choose_checkpoint, command_line, ensure_demos, test_offline
 
 from realissim.eval.stats import rate_text
 from realissim.learn.checkpoint import load_checkpoint
-from realissim.learn.model import ModelConfig
-from realissim.learn.train import TrainConfig
+from realissim.learn.config import ModelConfig, TrainConfig
 
 log = logging.getLogger("policy_scaling")
 

@@ -38,8 +38,7 @@ from pipeline import (
 )
 
 from realissim.eval.stats import rate_text
-from realissim.learn.model import ModelConfig
-from realissim.learn.train import TrainConfig
+from realissim.learn.config import ModelConfig, TrainConfig
 
 Arm = Literal["nominal", "randomized"]
 

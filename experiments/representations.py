@@ -59,8 +59,7 @@ from pipeline import (
     train_minutes,
 )
 
-from realissim.learn.model import ModelConfig
-from realissim.learn.train import TrainConfig
+from realissim.learn.config import ModelConfig, TrainConfig
 
 PAPER = {"state": 0.767, "static": 0.717, "wrist": 0.817, "real": 0.617}
 """Success the paper reports with 60 real demonstrations (self-graded by the policy's progress)."""

@@ -3,20 +3,65 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tyro
 
 from realissim.cli import main
+from realissim.cli.main import VERBS
+from realissim.cli.train import Train
+from realissim.learn.config import TrainConfig
 
 
 def test_help_lists_every_subcommand() -> None:
     out = subprocess.run([sys.executable, "-m", "realissim.cli", "--help"], capture_output=True, text=True, check=True)
-    for name in ("demo", "push", "scene", "surrogate"):
+    for name in VERBS:
         assert name in out.stdout
+
+
+def _flags(*verb: str) -> set[str]:
+    """The long flags `realissim VERB --help` lists."""
+    out = subprocess.run([sys.executable, "-m", "realissim.cli", *verb, "--help"], capture_output=True, text=True,
+                         check=True, env={**os.environ, "COLUMNS": "200"}).stdout  # fmt: skip
+    return set(re.findall(r"(--[a-z][a-z0-9-.]*)", out))
+
+
+def test_each_eval_subcommand_takes_only_its_own_flags() -> None:
+    offline, online, sweep = _flags("eval", "offline"), _flags("eval", "online"), _flags("eval", "sweep")
+    shared = {"--starts", "--limit", "--steps", "--seed", "--threads", "--max-seconds", "--replan-every", "--kind"}
+    assert shared <= offline & online & sweep
+    assert {"--envs", "--ray", "--sleep", "--workers"} <= offline
+    assert not {"--gap", "--realtime", "--trials", "--correct-every", "--max-held-s", "--online-workers"} & offline
+    assert {"--gap", "--realtime", "--trials", "--correct-every", "--calibrate-at", "--max-held-s"} <= online
+    assert not {"--envs", "--ray", "--sleep", "--online", "--online-starts"} & online
+    assert {"--online", "--online-starts", "--online-limit", "--online-workers", "--ray", "--envs"} <= sweep
+
+
+def test_train_flags_are_the_train_config_embedded() -> None:
+    train = tyro.cli(Train, args=["--obs", "wrist", "--wrist-lift", "--steps", "300", "--flow-steps", "4",
+                                  "--channels", "16", "32", "--out", "runs/x"])  # fmt: skip
+    config = train.config
+    assert (config.steps, config.model.obs, config.model.wrist_lift) == (300, "wrist", True)
+    assert (config.model.flow.steps, config.model.network.channels, train.out) == (4, (16, 32), Path("runs/x"))
+    assert tyro.cli(Train, args=[]).config == TrainConfig()
+
+
+def test_a_verb_starts_without_importing_the_others() -> None:
+    code = (
+        "import sys\n"
+        "from realissim.cli import main\n"
+        "try:\n    main(['train', '--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'mujoco', 'realissim.envs', 'realissim.cli.demo') if m in sys.modules]\n"
+        "print('heavy:', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "heavy: []" in out
 
 
 def test_scene_write_then_check(tmp_path, capsys) -> None:
@@ -84,7 +129,9 @@ def test_closed_loop_demo_writes_its_report_recording_and_plots(tmp_path, capsys
 
 
 def test_closed_loop_demo_names_bad_options(tmp_path, capsys) -> None:
-    assert main(["demo", "--seconds", "-1", "--out", str(tmp_path)]) == 2
+    with pytest.raises(SystemExit) as exit_info:  # tyro rejects the value the config refuses, with status 2
+        main(["demo", "--seconds", "-1", "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
     assert "seconds" in capsys.readouterr().err
     gap = tmp_path / "gap.json"
     gap.write_text('{"arm": {"latency": "soon"}}')

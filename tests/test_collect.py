@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from realissim.apps.collect import CollectConfig
 from realissim.cli import main
-from realissim.collect import CollectConfig
 from realissim.data.store import Dataset
 
 
@@ -51,7 +51,7 @@ def test_collect_refuses_a_gap_offline_and_a_bad_dataset(tmp_path: Path, capsys)
 
 
 def test_collect_passes_its_expert_settings_to_the_expert() -> None:
-    from realissim.collect import make_expert
+    from realissim.apps.collect import make_expert
     from realissim.expert.pusht import PushTExpertConfig
     from realissim.tasks import make
 
@@ -64,7 +64,7 @@ def test_collect_passes_its_expert_settings_to_the_expert() -> None:
 
 @pytest.mark.slow
 def test_parallel_collection_stores_what_one_process_collects_in_index_order(tmp_path: Path) -> None:
-    from realissim.collect import collect
+    from realissim.apps.collect import collect
 
     settings = dict(episodes=3, max_seconds=1.5, seed=3, progress=False)
     collect(CollectConfig(out=tmp_path / "one", **settings))  # type: ignore[arg-type]
@@ -91,7 +91,7 @@ def test_a_parallel_collection_whose_worker_dies_keeps_the_finished_episodes(tmp
     import threading
     import time
 
-    from realissim.collect import CollectError, collect
+    from realissim.apps.collect import CollectError, collect
 
     out, outcome = tmp_path / "demos", {}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from realissim.collect import CollectConfig, collect
+from realissim.apps.collect import CollectConfig, collect
 from realissim.data.schema import DISTURBANCES_KEY
 from realissim.data.store import Dataset
 from realissim.expert.disturb import DisturbConfig, Disturber

@@ -29,15 +29,15 @@ from realissim.eval.sweep import SweepSettings, sweep_offline
 from realissim.expert.pusht import PushTExpert
 from realissim.geometry import quat_yaw, yaw_quat
 from realissim.learn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from realissim.learn.config import FlowConfig, ModelConfig, TrainConfig, UNetConfig
 from realissim.learn.dataset import chunk_targets, split_episodes
-from realissim.learn.flow import FlowConfig, euler_sample, flow_loss, sample_time
+from realissim.learn.flow import euler_sample, flow_loss, sample_time
 from realissim.learn.flow_policy import FlowPolicy, TipSpeedLimit
 from realissim.learn.layers import Mish
-from realissim.learn.model import ModelConfig
 from realissim.learn.normalizer import Normalizer
 from realissim.learn.observations import make_encoder
-from realissim.learn.train import TrainConfig, TrainResult, train
-from realissim.learn.unet import ConditionalUNet1D, UNetConfig
+from realissim.learn.train import TrainResult, train
+from realissim.learn.unet import ConditionalUNet1D
 from realissim.policy import ActionChunk, Observation
 from realissim.policy.factory import CheckpointPolicy
 from realissim.spec.scene import Pose

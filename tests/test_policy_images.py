@@ -19,12 +19,10 @@ from realissim.envs import BatchEnv, Env, EnvConfig
 from realissim.eval.episode import EpisodeObserver, run_episode
 from realissim.expert.pusht import PushTExpert
 from realissim.learn.checkpoint import CheckpointError
+from realissim.learn.config import ModelConfig, TrainConfig, UNetConfig, VisionConfig
 from realissim.learn.flow_policy import FlowPolicy
 from realissim.learn.image_cache import RenderCache
-from realissim.learn.model import ModelConfig
-from realissim.learn.train import TrainConfig, train
-from realissim.learn.unet import UNetConfig
-from realissim.learn.vision import VisionConfig
+from realissim.learn.train import train
 from realissim.tasks import Task, make
 
 SIZE = (32, 32)

@@ -9,9 +9,9 @@ import mujoco
 import numpy as np
 import pytest
 
+from realissim.apps.collect import CollectConfig
 from realissim.assets.pusht import T_NAME
 from realissim.cli import main
-from realissim.collect import CollectConfig
 from realissim.data.schema import DYNAMICS_KEY
 from realissim.data.store import Dataset
 from realissim.geometry import quat_yaw

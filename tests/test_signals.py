@@ -1,4 +1,4 @@
-"""SIGTERM as an exception (`realissim.signals`): raised at once, or held through a deferring block."""
+"""SIGTERM as an exception (`realissim.util.signals`): raised at once, or held through a deferring block."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from realissim.signals import Terminated, terminate_deferred, terminate_raises
+from realissim.util.signals import Terminated, terminate_deferred, terminate_raises
 
 
 def test_sigterm_raises_at_once_or_when_the_deferring_block_ends() -> None:

@@ -12,11 +12,11 @@ import torch
 
 from realissim.assets.pusht import T_NAME, TBlock
 from realissim.geometry import project_points
-from realissim.images import encode_png, grid, to_uint8, write_png
 from realissim.render import rasterize
 from realissim.spec.scene import SceneSpec
 from realissim.twin.physics import PhysicsConfig, build_model
 from realissim.twin.views import TwinViews
+from realissim.util.images import encode_png, grid, to_uint8, write_png
 
 
 def _decode_png(data: bytes) -> np.ndarray:

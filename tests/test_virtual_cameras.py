@@ -11,12 +11,12 @@ from realissim.assets.appearance import ROD_COLOR
 from realissim.assets.panda import FLANGE_SITE, Q_LOWER, Q_UPPER, TIP_SITE
 from realissim.assets.pusht import T_NAME
 from realissim.geometry import project_points
-from realissim.images import to_uint8
 from realissim.render import rasterize
 from realissim.spec.scene import SceneSpec
 from realissim.twin.physics import PhysicsConfig, build_model
 from realissim.twin.views import DEFAULT_BACKGROUND, TwinViews
 from realissim.twin.virtual import WRIST, VirtualCameras, body_poses
+from realissim.util.images import to_uint8
 
 
 @pytest.fixture(scope="module")

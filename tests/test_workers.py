@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from realissim.workers import Send, WorkerError, WorkerPool, serve
+from realissim.util.workers import Send, WorkerError, WorkerPool, serve
 
 
 def _square_worker(number: int, fail_on: int | None, inbox: Any, outbox: Any) -> None:

@@ -42,9 +42,9 @@ from realissim.policy.base import Policy
 from realissim.policy.factory import PolicyFactory
 from realissim.real.surrogate import Surrogate, SurrogateConfig, SurrogateError
 from realissim.runtime import RuntimeConfig
-from realissim.signals import ending, terminate_raises
 from realissim.spec.state import StartState
 from realissim.tasks import Task
+from realissim.util.signals import ending, terminate_raises
 
 log = logging.getLogger(__name__)
 
@@ -360,11 +360,11 @@ def _worker(
     inbox: Any,
     outbox: Any,
 ) -> None:
-    """Worker `number` of `_run_workers` (`realissim.workers.serve`): runs each (start index, trial) pair it is given
+    """Worker `number` of `_run_workers` (`util.workers.serve`): runs each (start index, trial) pair it is given
     on its own surrogate, sending ("done", number, the episode as JSON)."""
     import torch
 
-    from realissim.workers import Send, serve
+    from realissim.util.workers import Send, serve
 
     torch.set_num_threads(1)
 
@@ -395,9 +395,9 @@ def _run_workers(
     workers: int,
     finished: Callable[[OnlineEpisode], None],
 ) -> None:
-    """`todo` across `workers` processes (`realissim.workers.WorkerPool` of `_worker`), each finished episode handed
+    """`todo` across `workers` processes (`util.workers.WorkerPool` of `_worker`), each finished episode handed
     to `finished` as it comes; RuntimeError if a worker fails."""
-    from realissim.workers import WorkerError, WorkerPool
+    from realissim.util.workers import WorkerError, WorkerPool
 
     pool = WorkerPool(_worker, (task, factory, starts, max_seconds, config, world), min(workers, len(todo)),
                       "online-eval")  # fmt: skip

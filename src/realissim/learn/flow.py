@@ -11,36 +11,14 @@ Shapes: chunks (B, m, A) (m waypoints, A values each, normalised), conditions (B
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import Tensor
 
+from realissim.learn.config import FlowConfig
+
 VelocityField = Callable[[Tensor, Tensor, Tensor], Tensor]
 """v(x (B, m, A), t (B,), cond (B, C)) → (B, m, A)."""
-
-
-@dataclass(frozen=True)
-class FlowConfig:
-    """How flow times are drawn in training and how chunks are sampled."""
-
-    time_sampling: Literal["uniform", "beta"] = "beta"
-    """Training times: uniform on [t_min, 1], or π0's Beta(α, 1) (more weight near the noise) scaled to it."""
-    beta_alpha: float = 1.5
-    """α of the Beta(α, 1) time distribution (π0: 1.5)."""
-    t_min: float = 0.001
-    """Least training time (π0: 0.001): t = 0 exactly is never drawn."""
-    steps: int = 10
-    """Euler steps K when sampling."""
-
-    def __post_init__(self) -> None:
-        if not self.beta_alpha > 0:
-            raise ValueError(f"beta_alpha: must be > 0, got {self.beta_alpha}")
-        if not 0 <= self.t_min < 1:
-            raise ValueError(f"t_min: must be in [0, 1), got {self.t_min}")
-        if self.steps < 1:
-            raise ValueError(f"steps: must be ≥ 1, got {self.steps}")
 
 
 def sample_time(n: int, config: FlowConfig, generator: torch.Generator | None = None) -> Tensor:

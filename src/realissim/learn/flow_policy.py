@@ -18,13 +18,8 @@ import torch
 from realissim.assets import panda
 from realissim.envs.env import EnvConfig
 from realissim.learn.checkpoint import CheckpointError, load_checkpoint
-from realissim.learn.model import (
-    LEGACY_MODEL_FIELDS,
-    FilmVelocity,
-    FlowPolicyModel,
-    ModelConfig,
-    build_model,
-)
+from realissim.learn.config import LEGACY_MODEL_FIELDS, ModelConfig
+from realissim.learn.model import FilmVelocity, FlowPolicyModel, build_model
 from realissim.learn.observations import require_finite
 from realissim.learn.unet import FilmForward
 from realissim.policy.base import ActionChunk, Observation

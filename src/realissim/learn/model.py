@@ -9,125 +9,21 @@ normalised chunk; flow matching on the normalised chunk given c; sampling runs t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
-from realissim.learn.flow import FlowConfig, euler_times, flow_loss
+from realissim.learn.config import ModelConfig
+from realissim.learn.flow import euler_times, flow_loss
 from realissim.learn.layers import Mish
-from realissim.learn.normalizer import Normalizer, NormMode
-from realissim.learn.observations import ObservationEncoder, ObsKind, StateEncoder, make_encoder, state_from_pose
-from realissim.learn.unet import ConditionalUNet1D, FilmForward, UNetConfig
-from realissim.learn.vision import VisionConfig
+from realissim.learn.normalizer import Normalizer
+from realissim.learn.observations import ObservationEncoder, StateEncoder, make_encoder, state_from_pose
+from realissim.learn.unet import ConditionalUNet1D, FilmForward
 from realissim.spec.scene import SceneSpec
 
 FilmVelocity = Callable[[Tensor, Sequence[Tensor], Sequence[Tensor]], Tensor]
 """The velocity network given the two parts of its FiLM terms: (x (B, m, A), the observation features' part
 (B, 2 C) per block, the flow time's part (1, 2 C) per block) → (B, m, A) (`unet.FilmForward`)."""
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """What a flow policy is: its observation representation, chunk shape, network and flow."""
-
-    obs: ObsKind = "state"
-    """Observation representation."""
-    state_tip: bool = True
-    """`state`: also the pusher tip's position, in the world and in each object's frame (`StateEncoder`; forward
-    kinematics of q). Measured on the recipe's 60 demonstrations: 75 % and 73 % on eval-v1 (two seeds) against
-    66–68 % without (docs/decisions.md, "Flow policy"). Ignored without a pusher."""
-    state_hidden: tuple[int, ...] = (256, 256)
-    """`state`: widths of an MLP (Mish) from the normalised state to extra features, concatenated with the
-    state itself (`StateEncoder`); () feeds the state to the FiLM layers directly (Diffusion Policy's
-    low-dimensional policy). Measured on 60 demonstrations: it learns faster and reached 55 % on eval-v1
-    against 47 % without (docs/decisions.md, "Flow policy")."""
-    image_hidden: tuple[int, ...] = ()
-    """Image representations: widths of an MLP (Mish) from the image features and the normalised q to extra
-    features, concatenated with them (`ImageEncoder`); () conditions the network on the image features and q
-    directly."""
-    wrist_lift: bool = False
-    """`wrist`: also each image keypoint's world (x, y) where its ray from the wrist camera (posed by forward
-    kinematics of q) meets the plane of the objects' top faces (`realissim.learn.lift`), so the network need
-    not learn the camera's kinematics to know where things are."""
-    camera: str | None = None
-    """Image representations: the camera (None: "wrist" for `wrist`, the scene's first camera otherwise)."""
-    image_size: tuple[int, int] = (96, 96)
-    """Image representations: the image size, px (width, height)."""
-    vision: VisionConfig = field(default_factory=VisionConfig)
-    """Image representations: the image encoder's sizes."""
-    waypoints: int = 32
-    """Waypoints per chunk, m (the paper's 32)."""
-    horizon: float = 1.0
-    """Chunk horizon H, s (the paper's 1 s)."""
-    network: UNetConfig = field(default_factory=UNetConfig)
-    """The velocity network's sizes."""
-    flow: FlowConfig = field(default_factory=FlowConfig)
-    """Flow-time sampling in training and Euler steps K at inference."""
-    obs_norm: NormMode = "minmax"
-    """Normalisation of the low-dimensional observation inputs."""
-    action_norm: NormMode = "minmax"
-    """Normalisation of the chunk's values (q′ and progress)."""
-    input_noise: float = 0.0
-    """Training only: standard deviation of Gaussian noise added to the normalised low-dimensional inputs
-    (q and the object's pose; [−1, 1] spans the data's range), a regulariser against the overfitting seen
-    on 60 demonstrations (docs/decisions.md, "Flow policy")."""
-    actions: Literal["relative", "absolute"] = "absolute"
-    """What the network generates for the joints: "relative" — each waypoint's q′ minus the q′ the twin was
-    holding when the chunk was asked for (`Observation.q_des`), added back when acting; "absolute" — q′
-    itself (the paper, the default). Progress is always absolute. Measured on 60 expert demonstrations
-    (10k steps, 20 starts of pusht/eval-v1): the same held-out chunk error and success within noise
-    (docs/decisions.md, "Flow policy")."""
-
-    aux_object: float = 0.0
-    """Image representations, training only: weight of an auxiliary loss — a head (MLP) on the encoder's
-    features predicts the objects' normalised planar pose (x, y, sin yaw, cos yaw, from the recorded twin
-    state) and its mean squared error is added to the flow loss, so the image encoder is taught where the
-    object is directly rather than only through the actions. The head is not used when acting: a deployed
-    image policy still sees only its images and q. 0: off."""
-
-    via_pose: bool = False
-    """Image representations: act through the objects' pose. The auxiliary head (weight `aux_object`, which must
-    then be > 0) estimates each object's planar pose from the image features and q, and the velocity network is
-    conditioned on the state representation built from that estimate (`StateEncoder`: q, the pose and, with
-    `state_tip`, the tip features; `state_hidden` its MLP) — the state policy's conditioning, fed by the image.
-    Training is teacher-forced: the velocity network learns on the recorded twin pose and the head on the same
-    pose as its target, in one run; only acting (and validation) goes through the estimate. So the image trunk
-    is taught by the pose loss, not by the actions' gradient. Measured on the recipe's data: docs/decisions.md,
-    "Flow policy"."""
-
-    def __post_init__(self) -> None:
-        if self.via_pose and self.obs == "state":
-            raise ValueError("via_pose: only for image representations (the state policy reads the pose itself)")
-        if self.via_pose and not self.aux_object > 0:
-            raise ValueError("via_pose: needs the pose head's loss weight aux_object > 0 (e.g. 1.0)")
-        if self.aux_object < 0:
-            raise ValueError(f"aux_object: must be ≥ 0, got {self.aux_object}")
-        if self.wrist_lift and self.obs != "wrist":
-            raise ValueError(f"wrist_lift: only for the wrist representation, not {self.obs!r}")
-        if self.aux_object > 0 and self.obs == "state":
-            raise ValueError("aux_object: only for image representations (the state policy reads the pose itself)")
-        if self.waypoints < 1:
-            raise ValueError(f"waypoints: must be ≥ 1, got {self.waypoints}")
-        if self.waypoints % 2 ** (len(self.network.channels) - 1):
-            raise ValueError(f"waypoints: {self.waypoints} must be divisible by 2^(levels − 1) of network.channels")
-        if not self.horizon > 0:
-            raise ValueError(f"horizon: must be > 0 s, got {self.horizon}")
-
-
-LEGACY_MODEL_FIELDS: dict[str, object] = {
-    "state_tip": False,
-    "state_hidden": [],
-    "image_hidden": [],
-    "wrist_lift": False,
-    "via_pose": False,
-}
-"""Fields whose default changed or that were added to `ModelConfig` since checkpoints were first written, with
-the value that reproduces a model stored without them (not today's default): `state_tip` was off by default until
-stop 24, `state_hidden` came in with the state MLP (before it, the state fed FiLM directly), `image_hidden` with
-the image encoder's fusion MLP, `wrist_lift` with the lifted keypoints, `via_pose` with acting through the
-estimated pose. Read under a stored model config."""
 
 
 _STATE_ONLY = ("state_tip", "state_hidden")

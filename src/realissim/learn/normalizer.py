@@ -14,12 +14,10 @@ A dimension that does not vary in the data (a joint the demonstrations never mov
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor, nn
 
-NormMode = Literal["minmax", "meanstd"]
+from realissim.learn.config import NormMode
 
 
 class Normalizer(nn.Module):

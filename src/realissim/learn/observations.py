@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -27,18 +27,16 @@ from torch.nn import functional
 from realissim.data.reader import Dataset
 from realissim.data.schema import DatasetError, EpisodeInfo
 from realissim.geometry import quat_yaw
+from realissim.learn.config import OBS_KINDS, ObsKind, VisionConfig
 from realissim.learn.image_cache import RenderCache
 from realissim.learn.layers import Mish
 from realissim.learn.lift import WristGeometry, lift_pixels
-from realissim.learn.vision import ImageTrunk, VisionConfig
+from realissim.learn.vision import ImageTrunk
 from realissim.policy.base import Observation
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK
 from realissim.twin.virtual import WRIST
 
-ObsKind = Literal["state", "static", "wrist", "real"]
-"""The observation representations of the paper."""
-OBS_KINDS: tuple[ObsKind, ...] = ("state", "static", "wrist", "real")
 LIFT_SCALE = 0.25
 """m: lifted keypoint positions are divided by this, so a tabletop workspace spans about [−1, 1]."""
 

@@ -18,7 +18,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,14 +30,9 @@ from tqdm import tqdm
 from realissim.data.reader import Dataset
 from realissim.data.schema import EpisodeInfo, code_version
 from realissim.learn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from realissim.learn.config import LEGACY_MODEL_FIELDS, TrainConfig
 from realissim.learn.dataset import ChunkSamples, build_samples, fingerprint, open_training_data, split_episodes
-from realissim.learn.model import (
-    LEGACY_MODEL_FIELDS,
-    FlowPolicyModel,
-    ModelConfig,
-    build_model,
-    model_fields_in_use,
-)
+from realissim.learn.model import FlowPolicyModel, build_model, model_fields_in_use
 from realissim.spec.codec import first_difference, to_dict
 from realissim.spec.io import scene_to_dict
 from realissim.util.torch_threads import torch_settings
@@ -48,82 +43,6 @@ _RESUMABLE = ("steps", "checkpoint_every", "keep_checkpoints", "val_every", "pro
 """Config fields a resumed run may change (the others define the curve). Another thread count continues the
 same run but not bit for bit (torch's reductions split differently): a run begun beside other jobs on one
 thread may finish alone on two."""
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """How to train a flow policy."""
-
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """The policy: observation representation (`model.obs`), chunk, network, flow."""
-    steps: int = 20_000
-    """Optimiser steps in all."""
-    batch_size: int = 64
-    """Samples per step."""
-    lr: float = 1e-3
-    """Peak learning rate of AdamW (linear warm-up, then cosine decay to 0 at `steps`)."""
-    warmup_steps: int = 500
-    """Steps of linear learning-rate warm-up."""
-    weight_decay: float = 1e-6
-    """AdamW's decoupled weight decay."""
-    ema_decay: float = 0.999
-    """Decay of the EMA weights the policy acts with (ramped up as min(decay, (1 + s) / (10 + s)))."""
-    max_episodes: int | None = None
-    """Use only the store's first N successful episodes (by index), e.g. to measure how success grows with the
-    number of demonstrations on one dataset; None: all."""
-    val_fraction: float = 0.05
-    """Fraction of episodes held out for the validation loss (by episode; at least one episode trains)."""
-    val_every: int = 500
-    """Steps between validation losses (EMA weights, fixed noise)."""
-    val_samples: int = 2048
-    """At most this many validation frames (evenly spaced) per validation loss."""
-    checkpoint_every: int = 2000
-    """Steps between checkpoints (and at the last step)."""
-    keep_checkpoints: int = 0
-    """Newest step checkpoints kept in `checkpoints/` (0: all, for choosing one by evaluation, `realissim eval
-    sweep`; `last.pt` is always kept)."""
-    policy_from: str | None = None
-    """`via_pose` only: a trained `state` policy's checkpoint (same dataset, same state and network config) whose
-    velocity network, state MLP and normalisers the image policy adopts, frozen; only the image encoder and the
-    pose head train (on the pose loss). The image policy is then that state policy acting on the estimated pose;
-    its training time is the state run's plus this run's."""
-    policy_from_any_dataset: bool = False
-    """With `policy_from`: also adopt a state policy trained on another dataset of the same scene (robot, objects
-    and goals equal), its normalisers with it; the image encoder and pose head still learn from this dataset. So
-    an image arm whose own demonstrations are too few to train a state policy on (issue 14 (a)'s `real`: online
-    demonstrations with the real cameras' frames) acts with the same policy as the arms it is compared with."""
-    seed: int = 0
-    """Seed of the initial weights, the validation split, the batch sampler and the flow noise."""
-    threads: int = 1
-    """Torch CPU threads (results are deterministic for a given count; 1 is fastest on a shared 2-core machine)."""
-    deterministic: bool = True
-    """Ask torch for deterministic algorithms (`torch.use_deterministic_algorithms`)."""
-    progress: bool = True
-    """Show a progress bar with the loss and steps/s."""
-
-    def __post_init__(self) -> None:
-        for name in (
-            "steps",
-            "batch_size",
-            "val_every",
-            "val_samples",
-            "checkpoint_every",
-            "threads",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be ≥ 1, got {getattr(self, name)}")
-        if self.keep_checkpoints < 0:
-            raise ValueError(f"keep_checkpoints: must be ≥ 0 (0: all), got {self.keep_checkpoints}")
-        if not (self.lr > 0 and self.warmup_steps >= 0 and self.weight_decay >= 0):
-            raise ValueError("lr, warmup_steps, weight_decay: must be > 0, ≥ 0, ≥ 0")
-        if self.max_episodes is not None and self.max_episodes < 1:
-            raise ValueError(f"max_episodes: must be ≥ 1 or None, got {self.max_episodes}")
-        if not 0 <= self.ema_decay < 1 or not 0 <= self.val_fraction < 1:
-            raise ValueError("ema_decay and val_fraction: must be in [0, 1)")
-        if self.policy_from is not None and not self.model.via_pose:
-            raise ValueError("policy_from: only for an image policy that acts through the pose (model.via_pose)")
-        if self.policy_from_any_dataset and self.policy_from is None:
-            raise ValueError("policy_from_any_dataset: only with policy_from")
 
 
 @dataclass(frozen=True)

@@ -14,35 +14,13 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
+from realissim.learn.config import UNetConfig
 from realissim.learn.layers import Mish
-
-
-@dataclass(frozen=True)
-class UNetConfig:
-    """Sizes of the U-Net."""
-
-    channels: tuple[int, ...] = (32, 64, 128)
-    """Channels per level, finest first; the chunk is halved in time between levels."""
-    kernel: int = 3
-    """Temporal kernel size (odd)."""
-    groups: int = 8
-    """GroupNorm groups (must divide every level's channels)."""
-    time_dim: int = 64
-    """Size of the flow-time embedding."""
-
-    def __post_init__(self) -> None:
-        if not self.channels or any(c % self.groups for c in self.channels):
-            raise ValueError(f"channels: need ≥ 1 level, each divisible by groups={self.groups}, got {self.channels}")
-        if self.kernel % 2 != 1 or self.kernel < 1:
-            raise ValueError(f"kernel: must be odd and ≥ 1, got {self.kernel}")
-        if self.time_dim % 2 or self.time_dim < 2:
-            raise ValueError(f"time_dim: must be even and ≥ 2, got {self.time_dim}")
 
 
 def time_embedding(t: Tensor, dim: int) -> Tensor:

@@ -9,39 +9,11 @@ Shapes: images (B, H, W, 3) uint8 RGB in → features (B, D) float32 out. In tra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
-
-@dataclass(frozen=True)
-class VisionConfig:
-    """Sizes of the image encoder."""
-
-    widths: tuple[int, ...] = (16, 32, 64, 128)
-    """Channels per stage (each stage after the first halves the resolution): ResNet-18's layout at a quarter
-    of its widths (64, 128, 256, 512), which on this CPU trained 10× faster per step (0.57 against 6.2 s at
-    batch 64 under load) and samples a chunk's features in 8 instead of 70 ms."""
-    blocks: int = 2
-    """Residual blocks per stage (ResNet-18: 2)."""
-    groups: int = 8
-    """GroupNorm groups (must divide every width)."""
-    keypoints: int = 32
-    """K spatial-softmax keypoints."""
-    features: int = 64
-    """D, the size of the image's feature vector."""
-    crop: int | None = 88
-    """Square crop side, px (random in training, centred at inference); None: the whole image."""
-
-    def __post_init__(self) -> None:
-        if not self.widths or any(w % self.groups for w in self.widths):
-            raise ValueError(f"widths: need ≥ 1 stage, each divisible by groups={self.groups}, got {self.widths}")
-        if self.blocks < 1 or self.keypoints < 1 or self.features < 1:
-            raise ValueError("blocks, keypoints and features must be ≥ 1")
-        if self.crop is not None and self.crop < 16:
-            raise ValueError(f"crop: must be ≥ 16 px or None, got {self.crop}")
+from realissim.learn.config import VisionConfig
 
 
 class BasicBlock(nn.Module):

@@ -5,9 +5,25 @@ Layers, bottom to top: `policy` (target → joints, pure), `meshes` (the twin's 
 control thread: Env, episodes, store), `scene` and `panel` (the page), `server` (wires them, serves the page).
 """
 
-from realissim.teleop.config import TeleopConfig
-from realissim.teleop.policy import TeleopPolicy
-from realissim.teleop.server import TeleopServer, run_teleop
-from realissim.teleop.session import Snapshot, TeleopSession
+from __future__ import annotations
 
-__all__ = ["Snapshot", "TeleopConfig", "TeleopPolicy", "TeleopServer", "TeleopSession", "run_teleop"]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Snapshot": "session",
+    "TeleopConfig": "config",
+    "TeleopPolicy": "policy",
+    "TeleopServer": "server",
+    "TeleopSession": "session",
+    "run_teleop": "server",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, imported on first use (viser and the twin load only when teleoperation runs, so
+    `realissim --help` stays fast)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -119,7 +119,7 @@ def body_poses(model: mujoco.MjModel, qpos: ArrayLike) -> tuple[np.ndarray, np.n
 
 
 def _to_uint8(rgb: Tensor) -> np.ndarray:
-    """uint8 (..., H, W, 3) from float RGB in [0, 1] (clipped, rounded as `realissim.images.to_uint8`)."""
+    """uint8 (..., H, W, 3) from float RGB in [0, 1] (clipped, rounded as `realissim.util.images.to_uint8`)."""
     arr = rgb.detach().cpu().numpy().astype(np.float64)
     return np.round(np.clip(arr, 0.0, 1.0) * 255.0).astype(np.uint8)
 

@@ -25,10 +25,10 @@ from realissim.assets import panda
 from realissim.envs.env import Env, FrameInfo
 from realissim.eval.episode import EpisodeObserver
 from realissim.eval.sync.metrics import pose_errors
-from realissim.images import to_uint8
 from realissim.real.interfaces import CameraStalledError
 from realissim.spec.scene import SceneSpec
 from realissim.twin.views import TwinViews
+from realissim.util.images import to_uint8
 
 log = logging.getLogger(__name__)
 

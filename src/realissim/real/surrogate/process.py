@@ -50,8 +50,8 @@ from realissim.spec.board import DotBoard
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
-from realissim.threads import one_thread_per_pool
 from realissim.twin.physics import PhysicsConfig
+from realissim.util.threads import one_thread_per_pool
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ import numpy as np
 from realissim.envs.env import Env, EnvConfig, FrameInfo
 from realissim.eval.episode import EpisodeObserver, ProgressBar, run_episode
 from realissim.expert.scripted import ScriptedPush
-from realissim.images import grid, write_png
 from realissim.real.surrogate import Surrogate, SurrogateConfig
 from realissim.runtime.loop import RuntimeConfig
 from realissim.spec.io import save_scene
 from realissim.spec.state import StartState
 from realissim.tasks import Task
+from realissim.util.images import grid, write_png
 
 log = logging.getLogger(__name__)
 

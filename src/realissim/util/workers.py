@@ -1,6 +1,6 @@
 """A pool of spawned worker processes: work items go out through one queue, messages come back through another.
 
-Parallel collection (`realissim.collect`) and parallel online evaluation (`realissim.eval.online`) share this
+Parallel collection (`realissim.apps.collect`) and parallel online evaluation (`realissim.eval.online`) share this
 seam. The parent puts work items on the pool's inbox, then one `None` per worker (`WorkerPool.close_inbox`). Each
 worker runs `serve`, which hands every item to its session until the `None`, and reports through the outbox as
 `(kind, worker number, payload)`. A worker that raises sends `("crash", number, traceback)`. The parent's
@@ -8,7 +8,7 @@ worker runs `serve`, which hands every item to its session until the `None`, and
 `WorkerError`.
 
 The workers are spawned, not forked: the parent may hold torch's and numba's thread pools, which a fork copies
-in a broken state. Each worker gets one thread per pool (`realissim.threads.one_thread_per_pool`). A worker
+in a broken state. Each worker gets one thread per pool (`realissim.util.threads.one_thread_per_pool`). A worker
 whose parent is gone (killed, so its `finally` never ran) takes no further item. SIGTERM ends a worker cleanly:
 `terminate_raises` unwinds its session, closing what it opened.
 """
@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from realissim.signals import Terminated, end_processes, terminate_raises
-from realissim.threads import one_thread_per_pool
+from realissim.util.signals import Terminated, end_processes, terminate_raises
+from realissim.util.threads import one_thread_per_pool
 
 Send = Callable[[str, Any], None]
 """A worker's way to report: `send(kind, payload)` puts `(kind, its number, payload)` on the outbox."""

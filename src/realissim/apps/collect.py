@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from realissim.signals import terminate_deferred, terminate_raises
+from realissim.util.signals import terminate_deferred, terminate_raises
 
 if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --help` stays fast
     from realissim.data.schema import DatasetMeta
@@ -341,7 +341,7 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
 
 
 def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
-    """`config.episodes` expert episodes in `config.workers` processes (`realissim.workers.WorkerPool`), each with
+    """`config.episodes` expert episodes in `config.workers` processes (`realissim.util.workers.WorkerPool`), each with
     its own world (online: its own surrogate, same seed) and its own part dataset beside `config.out`; every
     finished episode is moved into `config.out` (`DatasetWriter.move_in`) in the order of its index, so the
     dataset is what one process would have collected, up to the twin's appearance calibration, which an online
@@ -353,7 +353,7 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
     from tqdm import tqdm
 
     from realissim.data.store import DatasetWriter
-    from realissim.workers import WorkerError, WorkerPool
+    from realissim.util.workers import WorkerError, WorkerPool
 
     if config.gap is not None:
         from realissim.real.surrogate import load_gap
@@ -420,10 +420,10 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
 
 
 def _collect_worker(number: int, config: CollectConfig, parts: list[Path], inbox: Any, outbox: Any) -> None:
-    """Worker `number` of `_collect_parallel` (`realissim.workers.serve`): sends ("meta", number, the dataset meta
+    """Worker `number` of `_collect_parallel` (`realissim.util.workers.serve`): sends ("meta", number, the dataset meta
     of its world), then records each episode index it is given into its part dataset `parts[number]`, sending
     ("done", number, (index, its index in the part, result))."""
-    from realissim.workers import Send, serve
+    from realissim.util.workers import Send, serve
 
     @contextlib.contextmanager
     def session(send: Send) -> Iterator[Callable[[int], None]]:

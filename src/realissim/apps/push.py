@@ -16,13 +16,13 @@ from realissim.assets.mjcf import scene_to_mjcf
 from realissim.envs.env import Env, EnvConfig, FrameInfo
 from realissim.eval.episode import EpisodeObserver, ProgressBar, run_episode
 from realissim.expert.scripted import ScriptedPush, ScriptedPushConfig
-from realissim.images import grid, to_uint8, write_png
 from realissim.runtime.loop import RuntimeConfig
 from realissim.spec.io import save_scene
 from realissim.spec.state import StartState
 from realissim.tasks import Task
 from realissim.twin.physics import PhysicsConfig
 from realissim.twin.views import TwinViews
+from realissim.util.images import grid, to_uint8, write_png
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,15 @@ import logging
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from realissim.eval.sync.scenario import ScenarioConfig, run_scenario
-from realissim.images import grid, write_png
-from realissim.runtime.loop import RuntimeConfig
-from realissim.tasks import Task, make
+from realissim.util.images import grid, write_png
+from realissim.util.jsonable import jsonable
+
+if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --help` stays fast
+    from realissim.tasks import Task
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,10 @@ def run_loop_demo(
     """Run the episode on `task` (default: PushT) with correction on, then off; returns {"on": metrics, "off":
     metrics, "outputs": [...]}. With `out`, writes report.json, report.md, errors.png, views.png and (if
     `config.record`) demo.rrd."""
+    from realissim.eval.sync.scenario import ScenarioConfig, run_scenario
+    from realissim.runtime.loop import RuntimeConfig
+    from realissim.tasks import make
+
     task = make("pusht") if task is None else task
     scene = task.scene
     base = ScenarioConfig(
@@ -158,20 +164,3 @@ def _write_outputs(
     if recorded:
         written.append("demo.rrd")
     return written
-
-
-def jsonable(value: object) -> object:
-    """Dataclasses, paths, tuples, numpy scalars and infinities as JSON values."""
-    if hasattr(value, "__dataclass_fields__"):
-        return {k: jsonable(getattr(value, k)) for k in value.__dataclass_fields__}  # type: ignore[attr-defined]
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
