@@ -91,15 +91,15 @@ class Args:
     no_alarm_check: bool = False
     """Let the detector fire on its evidence alone, without the search's check (`RuntimeConfig.alarm_check`
     None), as before stop 51."""
-    pushes: Literal["closed", "stop51"] = "closed"
-    """The scenario's pushes (`ScenarioConfig.pushes`): "closed" (stop 52: round the T, closed loop) or "stop51"
+    pushes: Literal["closed", "lifted"] = "closed"
+    """The scenario's pushes (`ScenarioConfig.pushes`): "closed" (stop 52: round the T, closed loop) or "lifted"
     (stops 35–51's: lifted over the T, open loop)."""
 
 
 def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, every: int = 1,
         calibrate_at: Literal["goal", "start"] = "start", shadows: bool = True,
         eps2d: float | None = None, iterations: int | None = None, alarm_check: bool = True,
-        pushes: Literal["closed", "stop51"] = "closed") -> dict:  # fmt: skip
+        pushes: Literal["closed", "lifted"] = "closed") -> dict:  # fmt: skip
     runtime = RuntimeConfig(correct=correct, correct_every=every, shadows=ShadowFitConfig(enabled=shadows))
     if not alarm_check:
         runtime = replace(runtime, alarm_check=None)

@@ -14,7 +14,7 @@ seed's tail, so compare settings on means and on per-seed counts over a dozen se
     python experiments/contact_seeds.py --early-search 0.5 --out early.jsonl   # RuntimeConfig.early_search
     python experiments/contact_seeds.py --no-alarm-check --out evidence.jsonl   # RuntimeConfig.alarm_check None
     python experiments/contact_seeds.py --rest-eps2d 0.01 --out rest.jsonl   # CorrectionConfig.rest_eps2d
-    python experiments/contact_seeds.py --pushes stop51 --out stop51.jsonl   # stops 35–51's pushes
+    python experiments/contact_seeds.py --pushes lifted --out lifted.jsonl   # stops 35–51's pushes
     python experiments/contact_seeds.py --board-error 0 0 0 --out placed.jsonl   # the board exactly where told
 
 Run one at a time: two lock-step pairs at once on a 2-core machine ran ten times slower each (the rasteriser's and
@@ -85,8 +85,8 @@ class Args:
     """`RuntimeConfig.alarm_check` None: the detector fires on its evidence alone."""
     rest_eps2d: float | None = None
     """`CorrectionConfig.rest_eps2d`, px² (None: its default); a negative value: None (off)."""
-    pushes: Literal["closed", "stop51"] = "closed"
-    """The scenario's pushes (`ScenarioConfig.pushes`): "stop51" for stops 35–51's."""
+    pushes: Literal["closed", "lifted"] = "closed"
+    """The scenario's pushes (`ScenarioConfig.pushes`): "lifted" for stops 35–51's."""
     threads: int | None = None
     """Torch (and rasteriser) threads (None: torch's default)."""
     out: Path = Path("contact_seeds.jsonl")

@@ -10,7 +10,7 @@ import pytest
 
 from realissim.envs import Env, EnvConfig
 from realissim.eval.episode import EpisodeObserver, run_episode
-from realissim.expert.random_pushes import RandomPushes, RandomPushesConfig, stop51_pushes
+from realissim.expert.random_pushes import RandomPushes, RandomPushesConfig, lifted_pushes
 from realissim.expert.scripted import sample_path
 from realissim.geometry import yaw_quat
 from realissim.policy import Observation
@@ -66,7 +66,7 @@ def test_going_round_the_t_keeps_the_tip_low_and_the_t_flat_and_moving(task: Tas
     assert np.all(rows[down:, 5] < config.push_height + 0.01)
     assert np.all(rows[:, 2] < 0.035 / 2 + 0.003)  # flat on the table
     moving = np.mean(np.linalg.norm(np.diff(rows[:, :2], axis=0), axis=1) * 60 > 0.01)
-    before = offline(task, stop51_pushes(seed=2), 8.0, start_seed=2)
+    before = offline(task, lifted_pushes(seed=2), 8.0, start_seed=2)
     moved = np.mean(np.linalg.norm(np.diff(before[:, :2], axis=0), axis=1) * 60 > 0.01)
     assert np.any(before[down:, 5] > config.hover - 0.01)  # those do lift
     assert moving > 0.5 and moving > moved, (moving, moved)

@@ -59,8 +59,8 @@ class EnvConfig:
     max_held_s: float | None = None
     """Online: an episode in which the desync detector has held the arm this long without a break, simulated s, is
     abandoned (`EpisodeResult.abandoned`, judged on ground truth as it stands): the twin has lost an object and
-    the search has not found it again, so the rest of the episode would measure nothing but the wait (stop 31:
-    one T propped on its edge held the arm for 58 of 60 s). None (the default, as sync scenarios want): never;
+    the search has not found it again, so the rest of the episode would measure nothing but the wait (one T
+    propped on its edge once held the arm for 58 of 60 s). None (the default, as sync scenarios want): never;
     online evaluation sets 10 s (`online_env_config`)."""
 
     def observing(self, needs: ObservationNeeds) -> EnvConfig:

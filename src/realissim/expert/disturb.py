@@ -43,9 +43,9 @@ class DisturbConfig:
     """Mean simulated time between disturbances, s (exponentially distributed); 0: none."""
     xy: float = 0.10
     """Standard deviation of the object's planar shift, m (per axis): far enough that the demonstrations show the
-    tip travelling back to a T it is no longer beside (0.04 until stop 21: docs/decisions.md)."""
+    tip travelling back to a T it is no longer beside (docs/decisions.md, "Demonstrations")."""
     yaw: float = 1.0
-    """Standard deviation of its yaw change, rad (0.6 until stop 21)."""
+    """Standard deviation of its yaw change, rad (docs/decisions.md, "Demonstrations")."""
     max_count: int = 3
     """Disturbances per episode at most."""
     not_before: float = 1.0

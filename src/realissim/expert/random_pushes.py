@@ -57,7 +57,7 @@ class RandomPushesConfig:
     travel: Literal["around", "lift"] = "around"
     """How the tip gets from one push to the next: "around" — backs off the T and goes round it at pushing height
     (the shortest path clear of the T by `approach_gap`), so it never comes down on the T; "lift" — up to `hover`,
-    across, and down behind the contact (stops 35–51)."""
+    across, and down behind the contact (as `lifted_pushes`)."""
     keep_pushing: float = 0.7
     """Probability that a push goes on from where the last one ended, without lifting (long contact)."""
     turn: float = 0.5
@@ -67,17 +67,17 @@ class RandomPushesConfig:
     least the shortest push; the push is cut short where it would leave)."""
     shorten: bool = True
     """A continued push that would take the T's centre out of the workspace is cut short where it would leave (if
-    at least the shortest push remains); False: it is not taken (stops 35–51)."""
+    at least the shortest push remains); False: it is not taken (as `lifted_pushes`)."""
     reach: float = 0.13
     """A push goes on only while the tip is within this of the T's centre, m (still at its side)."""
     arm_reach: tuple[float, float] | None = (0.2, 0.78)
     """Planar distances from the robot's base the tip pushes and travels within, m: a contact whose approach point,
     or a continued push whose end, lies outside is not drawn, and the way round the T keeps inside. None: anywhere
-    (as `stop51_pushes`)."""
+    (as `lifted_pushes`)."""
     base_clear: float | None = 0.35
     """Pushes keep the T's predicted centre at least this far from the robot's base, m (within the workspace square
     too). Near the base the arm folds and cannot push the T back: the tip dwelt there for seconds, and a T there
-    could only be pushed closer. None: the square alone (as `stop51_pushes`)."""
+    could only be pushed closer. None: the square alone (as `lifted_pushes`)."""
     near: float = 0.75
     """Probability of pushing next on one of the 3 sides nearest the tip (short travel keeps the T moving)."""
     candidates: int = 4
@@ -90,7 +90,7 @@ class RandomPushesConfig:
     friction ×1.6 the rod, landing on the edge, stood the T on its side (corner profiles, seed 2: docs/decisions.md,
     "A T standing on a side")."""
     tries: int = 6
-    """Draws of a push before one the arm can follow is given up on (1: the first draw, as stops 35–51)."""
+    """Draws of a push before one the arm can follow is given up on (1: the first draw, as `lifted_pushes`)."""
     slack: float = 1.2
     """A push fits if the arm's joint path takes at most this times the tip path's time (+ 4 waypoints)."""
     accel: float = 4.0
@@ -110,12 +110,12 @@ class RandomPushesConfig:
     predict: bool = True
     """A push planned ahead (appended to the one still pushing) is planned for where the T will be when that push
     ends: moved with the tip's remaining travel (not turned: a push that turns the T may be dropped at its end, the T
-    no longer where it was planned for). False: for where the T is (as `stop51_pushes`)."""
+    no longer where it was planned for). False: for where the T is (as `lifted_pushes`)."""
     closed_loop: bool = True
     """Each re-plan checks the plan against what is observed: its clock waits for an arm that falls more than
     `resync` behind it, and a push is dropped (the next planned from the arm's joints) when the T moves more than
     `stale` / `stale_deg` while the tip travels to it, or the tip ends more than `lost` from the T while pushing.
-    False: the plan runs on its own clock (stops 35–51)."""
+    False: the plan runs on its own clock (as `lifted_pushes`)."""
     resync: float = 0.02
     """The plan's clock waits when its tip is this far from the arm's, m."""
     stale: float = 0.01
@@ -142,8 +142,8 @@ class RandomPushesConfig:
                              f"{self.approach_gap}")  # fmt: skip
 
 
-def stop51_pushes(seed: int = 0) -> RandomPushesConfig:
-    """The contact-rich scenario's pushes of stops 35–51, for comparison: lifted over the T, open loop (the plan on
+def lifted_pushes(seed: int = 0) -> RandomPushesConfig:
+    """The contact-rich scenario's earlier pushes, for comparison: lifted over the T, open loop (the plan on
     its own clock), one draw per push, faster and shorter pushes, new pushes anywhere in the workspace."""
     return RandomPushesConfig(seed=seed, travel="lift", through=False, closed_loop=False, candidates=1, tries=1,
                               speed=(0.1, 0.35), distance=(0.06, 0.18), approach_gap=0.02, aim_half=0.22,
@@ -387,7 +387,7 @@ class RandomPushes:
         if tip[2] > cfg.push_height + 0.01 or near > cfg.reach or self._rng.random() >= cfg.keep_pushing:
             return None
         towards = towards / max(near, 1e-9)
-        if not cfg.shorten:  # stops 35–51: one heading; not taken if the T would leave the workspace
+        if not cfg.shorten:  # one heading; not taken if the T would leave the workspace
             direction = planar_rotation(self._rng.uniform(-cfg.turn, cfg.turn)) @ towards
             distance = float(self._rng.uniform(*cfg.distance))
             if np.any(np.abs(pos + direction * distance - np.asarray(WORKSPACE_CENTER)) > cfg.workspace_half):

@@ -185,8 +185,8 @@ LEGACY_MODEL_FIELDS: dict[str, object] = {
     "via_pose": False,
 }
 """Fields whose default changed or that were added to `ModelConfig` since checkpoints were first written, with
-the value that reproduces a model stored without them (not today's default): `state_tip` was off by default until
-stop 24, `state_hidden` came in with the state MLP (before it, the state fed FiLM directly), `image_hidden` with
+the value that reproduces a model stored without them (not today's default): `state_tip` was off by default at
+first, `state_hidden` came in with the state MLP (before it, the state fed FiLM directly), `image_hidden` with
 the image encoder's fusion MLP, `wrist_lift` with the lifted keypoints, `via_pose` with acting through the
 estimated pose. Read under a stored model config."""
 
@@ -231,8 +231,8 @@ class TrainConfig:
     policy_from_any_dataset: bool = False
     """With `policy_from`: also adopt a state policy trained on another dataset of the same scene (robot, objects
     and goals equal), its normalisers with it; the image encoder and pose head still learn from this dataset. So
-    an image arm whose own demonstrations are too few to train a state policy on (issue 14 (a)'s `real`: online
-    demonstrations with the real cameras' frames) acts with the same policy as the arms it is compared with."""
+    an image arm whose own demonstrations are too few to train a state policy on (the `real` representation's
+    online demonstrations with the real cameras' frames) acts with the same policy as the arms it is compared with."""
     seed: int = 0
     """Seed of the initial weights, the validation split, the batch sampler and the flow noise."""
     threads: int = 1

@@ -143,9 +143,8 @@ class RuntimeConfig:
     explains clearly more (`confirm_fraction`) is placed, the twin arm first moved to the real one, and the
     detector's counts start afresh, so a twin drifting away is put back before it is lost. A search that confirms
     the twin changes nothing. 0: off (search only once the detector has fired). Each such search costs a frame
-    its time (`timing["reacquire"]`, ~0.15 s on 2 cores). Online at 0.5, 60 episodes of three checkpoints: false
-    alarms 24 → 3, but on the 24 episodes it changed success fell 10 → 3, so it is off (docs/decisions.md, "The
-    early search"; stop 48: not because of the arm's snap)."""
+    its time (`timing["reacquire"]`, ~0.15 s on 2 cores). Off: it took false alarms away online but the policy
+    then succeeded less often (docs/decisions.md, "The early search")."""
     early_hold: int = 0
     """Frames the arms hold after an early placement, as while the detector fires (the twin arm at the real
     arm's joints, the follower holding, the policy's targets waiting), without the detector firing: the

@@ -23,7 +23,7 @@ import torch
 from realissim.envs.env import Env, EnvConfig, FrameInfo
 from realissim.eval.episode import EpisodeObserver, ProgressBar, run_episode
 from realissim.eval.sync.metrics import LOSS_MIN_S, SyncRecorder, detector_score, fault_outcome
-from realissim.expert.random_pushes import RandomPushes, RandomPushesConfig, stop51_pushes
+from realissim.expert.random_pushes import RandomPushes, RandomPushesConfig, lifted_pushes
 from realissim.expert.scripted import ScriptedPush
 from realissim.policy.base import Observation
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
@@ -42,9 +42,10 @@ class ScenarioConfig:
     """The twin arm's motion: the scripted push then holding, or random pushes that keep the T moving."""
     motion_seed: int = 0
     """Seed of the random pushes."""
-    pushes: Literal["closed", "stop51"] = "closed"
+    pushes: Literal["closed", "lifted"] = "closed"
     """The random pushes: "closed" — round the T at pushing height, closed loop (`RandomPushesConfig`'s defaults,
-    stops 52–53); "stop51" — lifted over the T, open loop (`stop51_pushes`, stops 35–51's scenario)."""
+    docs/decisions.md, "Sync under sustained contact"); "lifted" — over the T, open loop (`lifted_pushes`, the earlier
+    scenario, kept for comparison)."""
     start_seed: int | None = None
     """None: the scene's start; else a start drawn by the task's sampler with this seed."""
     push_time: float = 10.0
@@ -154,7 +155,7 @@ def run_scenario(
     threads = config.threads or (max(1, (os.cpu_count() or 2) - 1) if config.realtime else None)
     if config.motion == "random":
         seed = config.motion_seed
-        pushes = stop51_pushes(seed) if config.pushes == "stop51" else RandomPushesConfig(seed=seed)
+        pushes = lifted_pushes(seed) if config.pushes == "lifted" else RandomPushesConfig(seed=seed)
         policy = RandomPushes(task.scene, pushes)
         env_config = EnvConfig(runtime=config.runtime, replan_every=policy.config.lead * policy.config.horizon
                                / policy.config.waypoints, calibrate_at=config.calibrate_at)  # fmt: skip
