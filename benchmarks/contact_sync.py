@@ -26,7 +26,7 @@ import tyro
 from realissim.eval.sync.scenario import contact_rich, run_scenario
 from realissim.eval.sync.sweep import SWEEP_SEED, describe, sweep_profiles
 from realissim.real.surrogate import save_gap
-from realissim.runtime.loop import RuntimeConfig
+from realissim.runtime import CalibrationConfig, RuntimeConfig
 from realissim.tasks import make
 from realissim.twin.shadows import ShadowFitConfig
 from realissim.util.jsonable import jsonable
@@ -80,31 +80,32 @@ class Args:
     """Where the twin's appearance is fitted: at the episode's start (as the sync scenarios do) or with the T on
     its goal (as online evaluation does)."""
     shadows: bool = True
-    """Let calibration fit a shadow-casting key light and the twin render its shadow (`RuntimeConfig.shadows`);
+    """Let calibration fit a shadow-casting key light and the twin render its shadow (`CalibrationConfig.shadows`);
     False: the twin renders none, as before stop 40."""
     only: tuple[int, ...] = ()
     """With `--sweep`: run only these profile indices (default: all `--profiles`)."""
     eps2d: float | None = None
-    """The renderer's low-pass in the twin's views, px² (`RuntimeConfig.eps2d`; None: its default)."""
+    """The renderer's low-pass in the twin's views, px² (`ViewsConfig.eps2d`; None: its default)."""
     iterations: int | None = None
     """Adam steps of the visual correction per frame (`CorrectionConfig.iterations`; None: its default)."""
     no_alarm_check: bool = False
-    """Let the detector fire on its evidence alone, without the search's check (`RuntimeConfig.alarm_check`
+    """Let the detector fire on its evidence alone, without the search's check (`SupervisionConfig.alarm_check`
     None), as before stop 51."""
     pushes: Literal["closed", "lifted"] = "closed"
-    """The scenario's pushes (`ScenarioConfig.pushes`): "closed" (stop 52: round the T, closed loop) or "lifted"
-    (stops 35–51's: lifted over the T, open loop)."""
+    """The scenario's pushes (`ScenarioConfig.pushes`): "closed" (round the T, closed loop) or "lifted"
+    (lifted over the T, open loop: the earlier scenario)."""
 
 
 def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, every: int = 1,
         calibrate_at: Literal["goal", "start"] = "start", shadows: bool = True,
         eps2d: float | None = None, iterations: int | None = None, alarm_check: bool = True,
         pushes: Literal["closed", "lifted"] = "closed") -> dict:  # fmt: skip
-    runtime = RuntimeConfig(correct=correct, correct_every=every, shadows=ShadowFitConfig(enabled=shadows))
+    calibration = CalibrationConfig(shadows=ShadowFitConfig(enabled=shadows))
+    runtime = RuntimeConfig(correct=correct, correct_every=every, calibration=calibration)
     if not alarm_check:
-        runtime = replace(runtime, alarm_check=None)
+        runtime = replace(runtime, supervision=replace(runtime.supervision, alarm_check=None))
     if eps2d is not None:
-        runtime = replace(runtime, eps2d=eps2d)
+        runtime = replace(runtime, views=replace(runtime.views, eps2d=eps2d))
     if iterations is not None:
         runtime = replace(runtime, correction=replace(runtime.correction, iterations=iterations))
     config = contact_rich(seed, seconds=seconds, gap=gap, runtime=runtime, calibrate_at=calibrate_at, pushes=pushes)

@@ -29,7 +29,7 @@ from realissim.geometry import project_points
 from realissim.real.surrogate import Surrogate, SurrogateConfig, load_gap, save_gap
 from realissim.real.surrogate.gap import DEFAULT_GAP_PATH
 from realissim.real.surrogate.model import surrogate_cameras
-from realissim.runtime.loop import RuntimeConfig
+from realissim.runtime import CalibrationConfig, RuntimeConfig
 from realissim.tasks import make
 from realissim.twin.board_calibration import BoardCalibrationConfig
 
@@ -86,7 +86,8 @@ def main(args: Args) -> dict:
         )
     told, true = surrogate_cameras(task.scene, gap, args.size)
     to_size = SIZE[0] / args.size[0]  # reported pixels are SIZE's
-    runtime = RuntimeConfig(board_calibration=args.board, board=BoardCalibrationConfig(shift_search=args.shift_search))
+    calibration = CalibrationConfig(use_board=args.board, board=BoardCalibrationConfig(shift_search=args.shift_search))
+    runtime = RuntimeConfig(calibration=calibration)
     points = table_grid()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "gap.json"

@@ -10,7 +10,7 @@ seed's tail, so compare settings on means and on per-seed counts over a dozen se
 
     python experiments/contact_seeds.py --seeds 0 1 2 3 4 5 6 7 8 9 10 11 --out seeds.jsonl
     python experiments/contact_seeds.py --discharge 0 0 --out discharge.jsonl   # CorrectionConfig.integral_discharge
-    python experiments/contact_seeds.py --lead-path 1.0 --out path.jsonl   # RuntimeConfig.lead_path_s
+    python experiments/contact_seeds.py --lead-path 1.0 --out path.jsonl   # ArmConfig.lead_path_s
     python experiments/contact_seeds.py --early-search 0.5 --out early.jsonl   # RuntimeConfig.early_search
     python experiments/contact_seeds.py --no-alarm-check --out evidence.jsonl   # RuntimeConfig.alarm_check None
     python experiments/contact_seeds.py --rest-eps2d 0.01 --out rest.jsonl   # CorrectionConfig.rest_eps2d
@@ -36,7 +36,7 @@ import tyro
 from realissim.eval.sync.scenario import contact_rich, run_scenario
 from realissim.real.surrogate import load_gap, save_gap
 from realissim.real.surrogate.gap import DEFAULT_GAP_PATH
-from realissim.runtime.loop import RuntimeConfig
+from realissim.runtime import RuntimeConfig
 from realissim.tasks import make
 
 KEYS = (
@@ -105,13 +105,13 @@ def main(args: Args) -> list[dict]:
         correction = replace(correction, rest_eps2d=None if args.rest_eps2d < 0 else args.rest_eps2d)
     runtime = replace(runtime, correction=correction)
     if args.lead_path is not None:
-        runtime = replace(runtime, lead_path_s=args.lead_path)
+        runtime = replace(runtime, arm=replace(runtime.arm, lead_path_s=args.lead_path))
     if args.lead_lag is not None:
-        runtime = replace(runtime, lead_lag_frames=args.lead_lag)
+        runtime = replace(runtime, arm=replace(runtime.arm, lead_lag_frames=args.lead_lag))
     if args.early_search is not None:
-        runtime = replace(runtime, early_search=args.early_search)
+        runtime = replace(runtime, supervision=replace(runtime.supervision, early_search=args.early_search))
     if args.no_alarm_check:
-        runtime = replace(runtime, alarm_check=None)
+        runtime = replace(runtime, supervision=replace(runtime.supervision, alarm_check=None))
     discharge = list(correction.integral_discharge) if correction.integral_discharge else None
     settings = {"gap": str(args.gap) if args.gap else None, "seconds": args.seconds, "integral": correction.integral,
                 "discharge": discharge, "lead_path_s": runtime.lead_path_s,

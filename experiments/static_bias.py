@@ -31,7 +31,7 @@ from realissim.geometry import quat_yaw, yaw_quat
 from realissim.policy.base import ActionChunk, Observation
 from realissim.real.surrogate import Surrogate, SurrogateConfig, load_gap, save_gap
 from realissim.real.surrogate.gap import DEFAULT_GAP_PATH
-from realissim.runtime.loop import RuntimeConfig
+from realissim.runtime import CalibrationConfig, RuntimeConfig, ViewsConfig
 from realissim.spec.state import StartState
 from realissim.tasks import Task, make
 from realissim.twin.color_fit import ColorFitConfig
@@ -121,14 +121,16 @@ def main(args: Args) -> dict:
         cams = tuple(dataclasses.replace(c, pixel_samples=args.pixel_samples) for c in gap.cameras)
         gap = dataclasses.replace(gap, cameras=cams)
     runtime = RuntimeConfig(
-        refine_cameras=args.refine_cameras,
-        board_calibration=args.board,
-        color_fit=ColorFitConfig(smooth=args.smooth, fill_unseen=args.fill_unseen),
+        calibration=CalibrationConfig(
+            refine_cameras=args.refine_cameras,
+            use_board=args.board,
+            color_fit=ColorFitConfig(smooth=args.smooth, fill_unseen=args.fill_unseen),
+        ),
         correction=CorrectionConfig(blur=args.blur),
-        appearance=AppearanceConfig(object_spacing=args.object_spacing or AppearanceConfig.object_spacing),
+        views=ViewsConfig(AppearanceConfig(object_spacing=args.object_spacing or AppearanceConfig.object_spacing)),
     )
     if args.eps2d is not None:
-        runtime = dataclasses.replace(runtime, eps2d=args.eps2d)
+        runtime = dataclasses.replace(runtime, views=dataclasses.replace(runtime.views, eps2d=args.eps2d))
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "gap.json"

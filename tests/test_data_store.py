@@ -483,7 +483,7 @@ def test_the_recorder_stores_an_offline_episode_frame_by_frame(tmp_path: Path, t
 @pytest.mark.slow
 def test_the_recorder_stores_the_oracle_sync_errors_and_real_frames_online(tmp_path: Path, task: Task[Any]) -> None:
     from realissim.real.surrogate import Surrogate, SurrogateConfig
-    from realissim.runtime.loop import RuntimeConfig
+    from realissim.runtime.config import RuntimeConfig
 
     config = EnvConfig(runtime=RuntimeConfig(correct=False), calibrate="never")
     with Surrogate(task.scene, SurrogateConfig(camera_size=(80, 45))) as world:

@@ -11,7 +11,7 @@ from realissim.eval.episode import EpisodeObserver, run_episode, run_episodes
 from realissim.expert.scripted import ScriptedPush
 from realissim.policy import ActionChunk, Observation, PerEnvPolicies, Policy
 from realissim.real.surrogate import Surrogate, SurrogateConfig
-from realissim.runtime import RuntimeConfig
+from realissim.runtime import ArmConfig, RuntimeConfig
 from realissim.spec.state import StartState
 from realissim.tasks import Task, make
 from realissim.twin import PhysicsConfig
@@ -145,7 +145,7 @@ def test_online_and_offline_envs_share_one_code_path(task: Task) -> None:
     awake = EnvConfig(sleep=False)  # (an online twin never sleeps)
     run_episode(Env(task, awake), ScriptedPush(task.scene), start, 2.0, [offline], stop_on_success=False)
     online = Recorder()
-    runtime = RuntimeConfig(follow=True, correct=False, max_lead=None, arm_limits=None)
+    runtime = RuntimeConfig(follow=True, correct=False, arm=ArmConfig(max_lead=None, limits=None))
     config = EnvConfig(runtime=runtime, real_images=True)
     waiting = Recorder()
     with Surrogate(task.scene, SurrogateConfig(camera_size=(160, 90))) as world:

@@ -16,7 +16,7 @@ from realissim.eval.episode import EpisodeObserver
 from realissim.eval.online import evaluate_online, write_online_report
 from realissim.expert.pusht import PushTExpert
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
-from realissim.runtime import RuntimeConfig
+from realissim.runtime import RuntimeConfig, SupervisionConfig
 from realissim.tasks import make
 
 pytestmark = pytest.mark.slow
@@ -96,7 +96,7 @@ def test_an_episode_the_detector_holds_too_long_is_abandoned(task) -> None:
     """The real T moved 15 cm with the search off: the detector fires and holds the arm for good; the episode
     ends `max_held_s` later as abandoned (a failure), not at its time limit."""
     starts = near_goal_starts(task, [(0.0, 0.04, 0.0)])
-    config = EnvConfig(runtime=RuntimeConfig(reacquire=False), max_held_s=1.0)
+    config = EnvConfig(runtime=RuntimeConfig(supervision=SupervisionConfig(reacquire=False)), max_held_s=1.0)
     hand = UnseenHand(frame=15, displacement=(0.15, 0.0, 0.0))
     report = evaluate_online(task, HoldStill(), starts, 1, 20.0, config, observers=[hand], progress=False)
     result = report.episodes[0].result
@@ -179,8 +179,8 @@ def test_workers_run_the_same_episodes_as_one_process(task) -> None:
 def test_the_online_environment_checks_alarms_unless_told_not_to() -> None:
     from realissim.eval.online import online_env_config
 
-    assert online_env_config().runtime.alarm_check == RuntimeConfig().alarm_check == 0.02
-    assert online_env_config(alarm_check=False).runtime.alarm_check is None
+    assert online_env_config().runtime.supervision.alarm_check == SupervisionConfig().alarm_check == 0.02
+    assert online_env_config(alarm_check=False).runtime.supervision.alarm_check is None
 
 
 def test_a_terminated_parallel_evaluation_ends_its_workers(tmp_path) -> None:

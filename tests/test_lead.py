@@ -12,7 +12,7 @@ from realissim.assets import panda
 from realissim.expert.scripted import joint_trajectory, sample_path
 from realissim.real.follower import FollowerConfig
 from realissim.real.surrogate import Surrogate, SurrogateConfig
-from realissim.runtime import Runtime, RuntimeConfig
+from realissim.runtime import ArmConfig, Runtime, RuntimeConfig
 from realissim.runtime.lead import LeadBound
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK
@@ -125,15 +125,15 @@ def test_the_bound_grows_with_the_real_tips_speed_by_the_lag(scene: SceneSpec) -
     with pytest.raises(ValueError, match="lag_frames"):
         LeadBound(twin.model, twin.layout.robot_qpos, 0.01, lag_frames=-1.0)
     with pytest.raises(ValueError, match="lead_lag_frames"):
-        RuntimeConfig(lead_lag_frames=math.nan)
+        ArmConfig(lead_lag_frames=math.nan)
     with pytest.raises(ValueError, match="lead_path_s"):
-        RuntimeConfig(lead_path_s=0.0)
+        ArmConfig(lead_path_s=0.0)
 
 
 def _tip_gaps(scene: SceneSpec, **changes: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A 2 s online run (follower on, no correction) asked to jump 0.5 rad on the shoulder: per frame, the twin
     tip's distance from the real tip (oracle, m) and the reported lead; and the twin's final joint error."""
-    config = replace(RuntimeConfig(correct=False), **changes)
+    config = RuntimeConfig(correct=False, arm=replace(ArmConfig(), **changes))
     with Surrogate(scene, SurrogateConfig(camera_size=(160, 90))) as world:
         runtime = Runtime(scene, config, world)
         runtime.reset()
@@ -149,18 +149,18 @@ def _tip_gaps(scene: SceneSpec, **changes: object) -> tuple[np.ndarray, np.ndarr
 
 def test_the_twin_arm_waits_for_the_real_one_and_still_arrives(scene: SceneSpec) -> None:
     # Neither bounded nor shaped, the twin's tip runs far ahead of the real one (measured 15 cm).
-    gaps, leads, miss = _tip_gaps(scene, max_lead=None, arm_limits=None)
+    gaps, leads, miss = _tip_gaps(scene, max_lead=None, limits=None)
     assert gaps.max() > 0.05 and np.isnan(leads).all() and np.abs(miss).max() < 0.02
     # Shaped within 0.8 of the arm's limits, it still leads by the real arm's delay at speed (measured 31 mm).
-    gaps, leads, miss = _tip_gaps(scene, max_lead=None, arm_limits=0.8)
+    gaps, leads, miss = _tip_gaps(scene, max_lead=None, limits=0.8)
     assert gaps.max() > 0.02
     # Bounded but not shaped, it waits while the target is far, but stops abruptly and the real arm, at speed
     # right behind, overshoots it (measured 35 mm).
-    gaps, leads, miss = _tip_gaps(scene, max_lead=0.01, arm_limits=None)
+    gaps, leads, miss = _tip_gaps(scene, max_lead=0.01, limits=None)
     approach = leads > 0.05
     assert approach.sum() > 10 and gaps[approach].max() < 0.015 and gaps.max() > 0.02
     # Both, the default: within the bound all the way (measured ≤ 10 mm), and the twin arm arrives.
-    assert (RuntimeConfig().max_lead, RuntimeConfig().arm_limits) == (0.01, 0.8)
+    assert (ArmConfig().max_lead, ArmConfig().limits) == (0.01, 0.8)
     gaps, leads, miss = _tip_gaps(scene)
     assert leads[0] > 0.1 and gaps.max() < 0.013
     assert np.abs(miss).max() < 0.02
@@ -171,7 +171,7 @@ def test_a_target_the_arms_cannot_reach_does_not_stall_the_path(scene: SceneSpec
     # it, further than the bound from its tip. Clipped to what the arms reach before bounding, the desired joints
     # arrive there and go on along the path to the next target; bounded towards the unreachable tip, they would
     # never reach it and never go on.
-    config = RuntimeConfig(correct=False, lead_path_s=1.0, follower=FollowerConfig(position_margin=0.1))
+    config = RuntimeConfig(correct=False, arm=ArmConfig(FollowerConfig(position_margin=0.1), lead_path_s=1.0))
     home = np.asarray(scene.robot.home, dtype=np.float64)
     edge = home.copy()
     edge[3] = scene.robot.joints[3].lower + 0.005

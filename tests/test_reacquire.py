@@ -15,7 +15,7 @@ import torch
 from realissim.geometry import quat_mul, quat_to_mat, quat_yaw, yaw_quat
 from realissim.real.surrogate.gap import Disturbance, GapProfile
 from realissim.real.surrogate.world import SurrogateWorld
-from realissim.runtime.loop import RuntimeConfig
+from realissim.runtime.config import CalibrationConfig
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
 from realissim.twin.camera_refine import refine_cameras
@@ -76,7 +76,7 @@ def rig(scene: SceneSpec) -> Iterator[Rig]:
     search = ObjectSearch(views, twin.model)
     xpos, xquat = search.sighting.poses(twin.data.qpos, twin.layout.robot_qpos, world.joint_state()[0])
     images = torch.from_numpy(_images(world))[None]
-    config = RuntimeConfig()
+    config = CalibrationConfig()
     fit_colors(views, xpos, xquat, images, config.color_fit)
     refine_cameras(views, xpos, xquat, images[0], config.camera_refine)
     fit_colors(views, xpos, xquat, images, config.color_fit)

@@ -14,7 +14,7 @@ import pytest
 from helpers import scripted_targets
 from realissim.geometry import quat_mul, quat_to_mat, quat_yaw, yaw_quat
 from realissim.real.surrogate import Surrogate, SurrogateConfig
-from realissim.runtime.loop import FrameReport, Runtime, RuntimeConfig
+from realissim.runtime import FrameReport, Runtime, RuntimeConfig, SupervisionConfig
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
 from realissim.twin.placement import place_object
@@ -30,7 +30,7 @@ def online(scene: SceneSpec) -> Iterator[tuple[Surrogate, Runtime]]:
     """A surrogate and a runtime calibrated to it at the scene's start (as `Env` does on its first reset). The
     early search is off, so that a loss goes through the alarm (the tests of the early search turn it on)."""
     with Surrogate(scene, SurrogateConfig(camera_size=(160, 90), seed=3)) as world:
-        runtime = Runtime(scene, RuntimeConfig(early_search=0.0), world)
+        runtime = Runtime(scene, RuntimeConfig(supervision=SupervisionConfig(early_search=0.0)), world)
         runtime.reset()
         runtime.calibrate()
         yield world, runtime
@@ -40,7 +40,7 @@ def online(scene: SceneSpec) -> Iterator[tuple[Surrogate, Runtime]]:
 def unsearched(scene: SceneSpec) -> Iterator[tuple[Surrogate, Runtime]]:
     """As `online`, with re-acquisition off: a loss stays a loss."""
     with Surrogate(scene, SurrogateConfig(camera_size=(160, 90), seed=4)) as world:
-        runtime = Runtime(scene, RuntimeConfig(reacquire=False), world)
+        runtime = Runtime(scene, RuntimeConfig(supervision=SupervisionConfig(reacquire=False)), world)
         runtime.reset()
         runtime.calibrate()
         yield world, runtime
@@ -153,13 +153,13 @@ def test_the_detector_stays_quiet_over_an_episode_in_sync(online: tuple[Surrogat
     assert _errors(world, report)[0] < 0.01
 
 
-def test_runtime_config_rejects_bad_retry_periods() -> None:
+def test_supervision_config_rejects_bad_retry_periods() -> None:
     with pytest.raises(ValueError, match="retry_frames"):
-        replace(RuntimeConfig(), retry_frames=0)
+        replace(SupervisionConfig(), retry_frames=0)
     with pytest.raises(ValueError, match="early_search"):
-        replace(RuntimeConfig(), early_search=1.0)
+        replace(SupervisionConfig(), early_search=1.0)
     with pytest.raises(ValueError, match="early_every"):
-        replace(RuntimeConfig(), early_every=0)
+        replace(SupervisionConfig(), early_every=0)
 
 
 def test_an_early_search_puts_a_drifting_t_back_before_the_detector_fires(
@@ -170,11 +170,11 @@ def test_an_early_search_puts_a_drifting_t_back_before_the_detector_fires(
     T, and the detector never fires nor holds the arm."""
     world, runtime = online
     home = np.asarray(runtime.scene.robot.home)
-    default = runtime.config
+    default = runtime.supervisor.config
     outcomes = {}
     try:
         for early in (0.0, 0.5):
-            runtime.config = replace(default, early_search=early)
+            runtime.supervisor.config = replace(default, early_search=early)
             runtime.reset()
             _settle(runtime, home, 15)
             _teleport(runtime, 0.03, math.radians(60), 1.0)
@@ -187,7 +187,7 @@ def test_an_early_search_puts_a_drifting_t_back_before_the_detector_fires(
             attempts = runtime.reacquisitions[before:]
             outcomes[early] = (fired, [a.early for a in attempts if a.placed], _errors(world, report))
     finally:
-        runtime.config = default
+        runtime.supervisor.config = default
     fired, placed_early, _ = outcomes[0.0]
     assert fired and placed_early == [False], "without the early search the detector fires, then the T is re-placed"
     fired, placed_early, (pos, yaw) = outcomes[0.5]
@@ -203,9 +203,9 @@ def test_with_the_early_search_a_t_teleported_15_cm_is_resynced_without_an_alarm
     is found and put back within 1 s, by the early search, before the detector fires."""
     world, runtime = online
     home = np.asarray(runtime.scene.robot.home)
-    default = runtime.config
+    default = runtime.supervisor.config
     try:
-        runtime.config = replace(default, early_search=0.5)
+        runtime.supervisor.config = replace(default, early_search=0.5)
         runtime.reset()
         _settle(runtime, home, 15)
         _teleport(runtime, 0.15, math.pi / 2, 2.4)
@@ -217,7 +217,7 @@ def test_with_the_early_search_a_t_teleported_15_cm_is_resynced_without_an_alarm
             if back is None and _errors(world, report)[0] < 0.01:
                 back = frame
     finally:
-        runtime.config = default
+        runtime.supervisor.config = default
     assert back is not None and back < 12, back
     assert [a.early for a in runtime.reacquisitions[before:] if a.placed] == [True]
     pos, yaw = _errors(world, report)
@@ -230,7 +230,7 @@ def test_the_alarm_check_vetoes_a_near_loss_and_confirms_a_loss(online: tuple[Su
     the check the detector fires. Held 4 cm away, the check confirms the loss and the detector fires."""
     _, runtime = online
     home = np.asarray(runtime.scene.robot.home)
-    default, detector = runtime.config, runtime.detector
+    default, detector = runtime.supervisor.config, runtime.detector
     assert detector is not None and default.alarm_check == 0.02
     original = detector.config
     sensitive = replace(original, sight_distance=0.006)
@@ -238,7 +238,7 @@ def test_the_alarm_check_vetoes_a_near_loss_and_confirms_a_loss(online: tuple[Su
     try:
         detector.config = sensitive
         for check, distance in ((0.02, 0.01), (None, 0.01), (0.02, 0.04)):
-            runtime.config = replace(default, alarm_check=check)
+            runtime.supervisor.config = replace(default, alarm_check=check)
             runtime.reset()
             _settle(runtime, home, 15)
             s = runtime.twin.state()
@@ -250,7 +250,7 @@ def test_the_alarm_check_vetoes_a_near_loss_and_confirms_a_loss(online: tuple[Su
                     fired = frame
             outcomes[check, distance] = (fired, len(detector.vetoes))
     finally:
-        runtime.config, detector.config = default, original
+        runtime.supervisor.config, detector.config = default, original
     fired, vetoes = outcomes[0.02, 0.01]
     assert fired is None and vetoes >= 3, "a near-loss the search finds within 2 cm must not raise an alarm"
     fired, vetoes = outcomes[None, 0.01]
@@ -267,7 +267,7 @@ def test_while_held_the_lost_object_rests_instead_of_being_pulled(unsearched: tu
     home = np.asarray(runtime.scene.robot.home)
     moved, closer = {}, {}
     for rest in (True, False):
-        runtime.config = replace(runtime.config, rest_while_held=rest)
+        runtime.supervisor.config = replace(runtime.supervisor.config, rest_while_held=rest)
         runtime.reset()
         _settle(runtime, home, 10)
         s = runtime.twin.state()
@@ -329,10 +329,10 @@ def test_an_early_hold_pauses_both_arms_after_an_early_placement_without_an_alar
     home = np.asarray(runtime.scene.robot.home)
     away = home.copy()
     away[0] += 0.15  # the policy's target: a slow turn of the base joint, clear of the T
-    default = runtime.config
+    default = runtime.supervisor.config
     hold = 20
     try:
-        runtime.config = replace(default, early_search=0.5, early_hold=hold)
+        runtime.supervisor.config = replace(default, early_search=0.5, early_hold=hold)
         runtime.reset()
         _settle(runtime, home, 15)
         _teleport(runtime, 0.03, math.radians(60), 1.0)
@@ -345,7 +345,7 @@ def test_an_early_hold_pauses_both_arms_after_an_early_placement_without_an_alar
             if placed_at is None and any(a.placed for a in runtime.reacquisitions[before:]):
                 placed_at = frame
     finally:
-        runtime.config = default
+        runtime.supervisor.config = default
     assert placed_at is not None and placed_at + hold + 10 < FPS, placed_at
     held = np.asarray(targets[placed_at : placed_at + hold])
     assert np.abs(held - held[0]).max() < 1e-9, "the twin arm's targets must hold for `early_hold` frames"

@@ -13,7 +13,7 @@ from realissim.assets.appearance import AppearanceConfig
 from realissim.eval.sync.metrics import SyncRecorder
 from realissim.geometry import yaw_quat
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
-from realissim.runtime import Runtime, RuntimeConfig
+from realissim.runtime import Runtime, RuntimeConfig, ViewsConfig
 from realissim.spec.scene import SceneSpec
 from realissim.twin.placement import place_object
 
@@ -83,12 +83,12 @@ def test_online_lockstep_frames_couple_twin_and_world(scene: SceneSpec) -> None:
 
 
 def test_the_twin_views_take_the_runtime_appearance(scene: SceneSpec) -> None:
-    """`RuntimeConfig.appearance` lays out the Gaussians the correction renders and `eps2d` sets their low-pass (the
+    """`ViewsConfig.appearance` lays out the Gaussians the correction renders and `eps2d` sets their low-pass (the
     world is unaffected)."""
     with Surrogate(scene, SurrogateConfig(camera_size=(160, 90))) as world:
         counts = []
         for spacing, eps2d in ((0.01, 0.3), (0.02, 0.05)):
-            config = RuntimeConfig(appearance=AppearanceConfig(object_spacing=spacing), eps2d=eps2d)
+            config = RuntimeConfig(views=ViewsConfig(AppearanceConfig(object_spacing=spacing), eps2d=eps2d))
             runtime = Runtime(scene, config, world)
             assert runtime.correction is not None
             assert runtime.correction.views.eps2d == eps2d  # the low-pass every twin render in these views uses

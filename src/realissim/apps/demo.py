@@ -75,7 +75,7 @@ def run_loop_demo(
     metrics, "outputs": [...]}. With `out`, writes report.json, report.md, errors.png, views.png and (if
     `config.record`) demo.rrd."""
     from realissim.eval.sync.scenario import ScenarioConfig, run_scenario
-    from realissim.runtime.loop import RuntimeConfig
+    from realissim.runtime.config import RuntimeConfig
     from realissim.tasks import make
 
     task = make("pusht") if task is None else task

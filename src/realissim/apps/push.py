@@ -16,7 +16,7 @@ from realissim.assets.mjcf import scene_to_mjcf
 from realissim.envs.env import Env, EnvConfig, FrameInfo
 from realissim.eval.episode import EpisodeObserver, ProgressBar, run_episode
 from realissim.expert.scripted import ScriptedPush, ScriptedPushConfig
-from realissim.runtime.loop import RuntimeConfig
+from realissim.runtime.config import RuntimeConfig
 from realissim.spec.io import save_scene
 from realissim.spec.state import StartState
 from realissim.tasks import Task

@@ -15,7 +15,7 @@ from realissim.envs.env import Env, EnvConfig, FrameInfo
 from realissim.eval.episode import EpisodeObserver, ProgressBar, run_episode
 from realissim.expert.scripted import ScriptedPush
 from realissim.real.surrogate import Surrogate, SurrogateConfig
-from realissim.runtime.loop import RuntimeConfig
+from realissim.runtime.config import RuntimeConfig
 from realissim.spec.io import save_scene
 from realissim.spec.state import StartState
 from realissim.tasks import Task

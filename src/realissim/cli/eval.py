@@ -156,14 +156,14 @@ class Online:
     twin lost an object and could not find it; `EnvConfig.max_held_s`); None: never."""
     early_search: float | None = None
     """Search the objects while in sync once the desync detector's evidence has come this far towards firing, and
-    put a drifting twin object back before it is lost (`RuntimeConfig.early_search`; None: the runtime's
+    put a drifting twin object back before it is lost (`SupervisionConfig.early_search`; None: the runtime's
     default, 0: off; 0.5 searches on half the evidence)."""
     early_hold: int | None = None
     """Frames the arms hold after an early placement, as after an alarm but without it
-    (`RuntimeConfig.early_hold`; None: the runtime's default, 0)."""
+    (`SupervisionConfig.early_hold`; None: the runtime's default, 0)."""
     no_alarm_check: bool = False
     """Let the desync detector fire on its evidence alone, without the search's check of each alarm
-    (`RuntimeConfig.alarm_check` None)."""
+    (`SupervisionConfig.alarm_check` None)."""
     out: Path | None = None
     """Where to write the report and the episode journal (None: print only, no resume)."""
     acting: Annotated[Acting, tyro.conf.OmitArgPrefixes] = field(default_factory=Acting)

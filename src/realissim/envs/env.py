@@ -19,7 +19,8 @@ import numpy as np
 from realissim.policy.base import ActionChunk, Observation
 from realissim.policy.factory import ObservationNeeds
 from realissim.real.interfaces import RealWorld
-from realissim.runtime.loop import FrameReport, Runtime, RuntimeConfig
+from realissim.runtime.config import RuntimeConfig
+from realissim.runtime.loop import FrameReport, Runtime
 from realissim.spec.state import StartState
 from realissim.twin.state import TwinState
 

@@ -72,10 +72,10 @@ class EpisodeResult:
     reacquisitions: int = 0
     """Online: how many times an object of the twin was re-acquired (put where the cameras found it)."""
     early_placements: int = 0
-    """Online: of those, how many in sync, on the detector's suspicion (`RuntimeConfig.early_search`)."""
+    """Online: of those, how many in sync, on the detector's suspicion (`SupervisionConfig.early_search`)."""
     vetoed_alarms: int = 0
     """Online: how many times the detector's evidence would have fired but the alarm check's search found the
-    objects where the twin had them (`RuntimeConfig.alarm_check`): no alarm."""
+    objects where the twin had them (`SupervisionConfig.alarm_check`): no alarm."""
     tipped_s: float = 0.0
     """Online: simulated s during which the twin recognised an object standing on a side (`Runtime.tipped`)."""
     abandoned: bool = False

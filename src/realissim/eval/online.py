@@ -41,7 +41,7 @@ from realissim.eval.sync.metrics import DESYNC_M, LOSS_MIN_S, detector_score
 from realissim.policy.base import Policy
 from realissim.policy.factory import PolicyFactory
 from realissim.real.surrogate import Surrogate, SurrogateConfig, SurrogateError
-from realissim.runtime import RuntimeConfig
+from realissim.runtime import RuntimeConfig, SupervisionConfig
 from realissim.spec.state import StartState
 from realissim.tasks import Task
 from realissim.util.signals import ending, terminate_raises
@@ -219,15 +219,16 @@ def online_env_config(
     every `correct_every`-th frame (`RuntimeConfig.correct_every`), the twin's appearance calibrated at the task's
     goal or at the first start (`EnvConfig.calibrate_at`), an episode abandoned after `max_held_s` s of
     unbroken hold by the desync detector (`EnvConfig.max_held_s`); `early_search` (None: the runtime's default)
-    sets `RuntimeConfig.early_search`, `early_hold` (None: its default) `RuntimeConfig.early_hold`; `alarm_check`
-    False lets the detector fire on its evidence alone (`RuntimeConfig.alarm_check` None)."""
-    runtime = RuntimeConfig(correct_every=correct_every)
+    sets `SupervisionConfig.early_search`, `early_hold` (None: its default) its `early_hold`; `alarm_check`
+    False lets the detector fire on its evidence alone (`SupervisionConfig.alarm_check` None)."""
+    supervision = SupervisionConfig()
     if not alarm_check:
-        runtime = replace(runtime, alarm_check=None)
+        supervision = replace(supervision, alarm_check=None)
     if early_search is not None:
-        runtime = replace(runtime, early_search=early_search)
+        supervision = replace(supervision, early_search=early_search)
     if early_hold is not None:
-        runtime = replace(runtime, early_hold=early_hold)
+        supervision = replace(supervision, early_hold=early_hold)
+    runtime = RuntimeConfig(correct_every=correct_every, supervision=supervision)
     return EnvConfig(runtime=runtime, replan_every=replan_every, calibrate_at=calibrate_at,
                      max_held_s=max_held_s)  # fmt: skip
 

@@ -130,7 +130,7 @@ class DesyncDetector:
 
     def clear(self) -> None:
         """In sync: the twin's objects were just put where the images show them (an early search,
-        `RuntimeConfig.early_search`), so the evidence gathered against their old pose no longer holds; the
+        `SupervisionConfig.early_search`), so the evidence gathered against their old pose no longer holds; the
         firing counts start afresh. The baselines are kept. No-op while out of sync."""
         if not self.desynced:
             self._high = self._pulled = self._away = self._skewed = 0
@@ -164,7 +164,7 @@ class DesyncDetector:
         or NaN: not seen, no evidence either way). Returns `desynced`.
 
         `check` (optional) is asked only when this frame's evidence would fire: it returns whether the loss is
-        confirmed (the runtime searches the images: `RuntimeConfig.alarm_check`). When it returns False the
+        confirmed (the runtime searches the images: `SupervisionConfig.alarm_check`). When it returns False the
         detector stays in sync, records the frame in `vetoes` and starts its firing counts afresh, as `clear`
         does: the evidence must build again before the next check.
 

@@ -37,7 +37,7 @@ class CorrectionConfig:
     """The visual-force correction."""
 
     iterations: int = 5
-    """Adam steps per frame: five, not three, since the twin's views render with hard edges (`RuntimeConfig.eps2d`
+    """Adam steps per frame: five, not three, since the twin's views render with hard edges (`ViewsConfig.eps2d`
     0.05), whose narrower basin a push outruns in three (docs/decisions.md, "The renderer's low-pass"). Each step
     costs a render and its backward pass; the smaller footprints of that low-pass pay for the two extra ones."""
     lr_means: float = 1.5e-3

@@ -27,7 +27,7 @@ from realissim.expert.random_pushes import RandomPushes, RandomPushesConfig, lif
 from realissim.expert.scripted import ScriptedPush
 from realissim.policy.base import Observation
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
-from realissim.runtime.loop import RuntimeConfig
+from realissim.runtime.config import RuntimeConfig
 from realissim.spec.state import StartState
 from realissim.tasks import Task
 
