@@ -28,8 +28,8 @@ from realissim.eval.sync.sweep import SWEEP_SEED, describe, sweep_profiles
 from realissim.real.surrogate import save_gap
 from realissim.runtime import CalibrationConfig, RuntimeConfig
 from realissim.tasks import make
-from realissim.twin.shadows import ShadowFitConfig
 from realissim.util.jsonable import jsonable
+from realissim.views.shadows import ShadowFitConfig
 
 KEYS = (
     ("pos_err_median_mm", "position error, median (mm)"),

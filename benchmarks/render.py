@@ -30,8 +30,8 @@ from realissim.assets.pusht import PushTConfig, pusht_scene
 from realissim.render import gsplat_available, rasterize, render_static
 from realissim.render.gaussians import Gaussians
 from realissim.render.synthetic import cameras, random_gaussians
-from realissim.twin.appearance import SceneAppearance
 from realissim.twin.physics import PhysicsConfig, build_model
+from realissim.views.appearance import SceneAppearance
 
 
 @dataclass

@@ -25,13 +25,13 @@ import numpy as np
 import tyro
 
 from realissim.envs.env import Env, EnvConfig
+from realissim.estimate.board_calibration import BoardCalibrationConfig
 from realissim.geometry import project_points
 from realissim.real.surrogate import Surrogate, SurrogateConfig, load_gap, save_gap
 from realissim.real.surrogate.gap import DEFAULT_GAP_PATH
 from realissim.real.surrogate.model import surrogate_cameras
 from realissim.runtime import CalibrationConfig, RuntimeConfig
 from realissim.tasks import make
-from realissim.twin.board_calibration import BoardCalibrationConfig
 
 log = logging.getLogger("camera_calibration")
 

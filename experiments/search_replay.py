@@ -28,13 +28,13 @@ import numpy as np
 import tyro
 
 from realissim.envs.env import FrameInfo
+from realissim.estimate.search import ObjectSearch, SearchConfig
 from realissim.eval.episode import EpisodeObserver
 from realissim.eval.sync.scenario import contact_rich, run_scenario
 from realissim.eval.sync.sweep import SWEEP_SEED, sweep_profiles
 from realissim.geometry import quat_yaw
 from realissim.real.surrogate import save_gap
 from realissim.tasks import make
-from realissim.twin.reacquire import ObjectSearch, SearchConfig
 
 log = logging.getLogger("search_replay")
 

@@ -25,6 +25,8 @@ import tyro
 
 from realissim.assets.appearance import AppearanceConfig
 from realissim.envs.env import Env, EnvConfig
+from realissim.estimate.color_fit import ColorFitConfig
+from realissim.estimate.correction import CorrectionConfig
 from realissim.eval.episode import run_episode
 from realissim.eval.sync.scenario import SyncObserver
 from realissim.geometry import quat_yaw, yaw_quat
@@ -34,8 +36,6 @@ from realissim.real.surrogate.gap import DEFAULT_GAP_PATH
 from realissim.runtime import CalibrationConfig, RuntimeConfig, ViewsConfig
 from realissim.spec.state import StartState
 from realissim.tasks import Task, make
-from realissim.twin.color_fit import ColorFitConfig
-from realissim.twin.correction import CorrectionConfig
 
 log = logging.getLogger("static_bias")
 

@@ -24,8 +24,8 @@ from realissim.assets.mjcf import KEYFRAME_HOME
 from realissim.assets.pusht import T_NAME, TBlock
 from realissim.geometry import axis_angle_quat, quat_mul, quat_to_mat, yaw_quat
 from realissim.spec import GaussianSetSpec, ObjectSpec, Pose, SceneSpec, SphereSetSpec
-from realissim.twin.appearance import SceneAppearance
 from realissim.twin.physics import PhysicsConfig, build_model
+from realissim.views.appearance import SceneAppearance
 
 SPACING = 0.01
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from realissim.estimate.board_calibration import BoardCalibrationConfig, calibrate_from_board, fit_camera_to_board
 from realissim.eval.sync.sweep import SWEEP_SEED, sweep_profile
 from realissim.geometry import project_points
 from realissim.real.surrogate import Surrogate, SurrogateConfig
@@ -21,10 +22,9 @@ from realissim.spec.errors import SpecError
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
 from realissim.tasks.pusht import PushTTask
-from realissim.twin.board_calibration import BoardCalibrationConfig, calibrate_from_board, fit_camera_to_board
 from realissim.twin.physics import TwinPhysics
 from realissim.twin.state import rest_state
-from realissim.twin.views import TwinViews
+from realissim.views.cameras import TwinViews
 
 SMALL = (160, 90)
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from realissim.estimate.correction import CorrectionConfig, VisualCorrection
 from realissim.geometry import axis_angle_quat, quat_mul, quat_to_mat, yaw_quat
 from realissim.spec.scene import SceneSpec
-from realissim.twin.correction import CorrectionConfig, VisualCorrection
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
-from realissim.twin.views import TwinViews
+from realissim.views.cameras import TwinViews
 
 SIZE = (160, 90)
 
@@ -164,7 +164,7 @@ def test_integral_empties_once_the_object_moves_along_its_pull(setup) -> None:
 
 
 def test_color_fit_absorbs_a_different_appearance(setup) -> None:
-    from realissim.twin.color_fit import ColorFitConfig, fit_colors
+    from realissim.estimate.color_fit import ColorFitConfig, fit_colors
 
     twin, _, _ = setup
     twin.reset()
@@ -181,10 +181,10 @@ def test_color_fit_leaves_what_no_camera_sees_to_its_neighbours(setup) -> None:
     """`fill_unseen`: the ground under the T is hidden at calibration. Fitted anyway, it comes out painted
     against the appearance the Gaussians cannot match: a ghost of the T, which the correction sees once the T
     has moved. It must look like the ground around it."""
+    from realissim.estimate.color_fit import ColorFitConfig, fit_colors
     from realissim.real.surrogate.gap import CameraGap, GapProfile
     from realissim.real.surrogate.world import SurrogateWorld
     from realissim.spec.state import StartState
-    from realissim.twin.color_fit import ColorFitConfig, fit_colors
     from realissim.twin.state import rest_state
 
     twin, _, _ = setup
@@ -221,7 +221,7 @@ def test_color_fit_leaves_what_no_camera_sees_to_its_neighbours(setup) -> None:
 def test_the_smoothness_penalty_evens_out_each_face_of_the_t(setup) -> None:
     """`ColorFitConfig.smooth`: fitted Gaussian by Gaussian, neighbours on a face trade colours freely where each
     covers about a pixel; the penalty must even each face out while still absorbing the new appearance."""
-    from realissim.twin.color_fit import ColorFitConfig, fit_colors
+    from realissim.estimate.color_fit import ColorFitConfig, fit_colors
 
     twin, _, _ = setup
     twin.reset()
@@ -242,7 +242,7 @@ def test_the_smoothness_penalty_evens_out_each_face_of_the_t(setup) -> None:
 
 
 def test_camera_refinement_recovers_a_rotation_error(setup) -> None:
-    from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras
+    from realissim.estimate.camera_refine import CameraRefineConfig, refine_cameras
 
     twin, _, _ = setup
     twin.reset()
@@ -264,7 +264,7 @@ def test_camera_refinement_recovers_a_rotation_error(setup) -> None:
 
 
 def test_camera_refinement_recovers_focal_scale_and_principal_point(setup) -> None:
-    from realissim.twin.camera_refine import CameraRefineConfig, refine_cameras
+    from realissim.estimate.camera_refine import CameraRefineConfig, refine_cameras
 
     twin, _, _ = setup
     twin.reset()
@@ -288,7 +288,7 @@ def test_camera_refinement_recovers_focal_scale_and_principal_point(setup) -> No
 
 
 def test_vector_adam_steps_along_each_rows_gradient() -> None:
-    from realissim.twin.correction import VectorAdam
+    from realissim.estimate.vector_adam import VectorAdam
 
     p = torch.zeros(2, 3, requires_grad=True)
     opt = VectorAdam([{"params": [p], "lr": 0.01}], eps=1e-12)
@@ -349,7 +349,7 @@ def test_the_blur_smooths_both_images_alike(setup) -> None:
     """`blur_images`: σ 0 is the identity, a flat image stays flat, a hard edge becomes a monotone ramp with its
     sum kept. In the correction, `blur` changes the loss it minimises (both images blurred alike: still pulling
     towards the seen T)."""
-    from realissim.twin.correction import blur_images
+    from realissim.estimate.correction import blur_images
 
     edge = torch.zeros(1, 9, 12, 3)
     edge[:, :, 6:] = 1.0

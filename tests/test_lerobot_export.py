@@ -35,7 +35,7 @@ from realissim.expert.scripted import ScriptedPush
 from realissim.tasks import make
 from realissim.twin.physics import PhysicsConfig, build_model
 from realissim.twin.state import TwinLayout
-from realissim.twin.virtual import VirtualCameras, body_poses
+from realissim.views.virtual import VirtualCameras, body_poses
 
 FPS, STRIDE, SECONDS = 10, 6, 1.5
 CAMERAS = ("front", "wrist")

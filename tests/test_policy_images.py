@@ -205,7 +205,7 @@ def test_lifted_wrist_keypoints_land_where_the_wrist_camera_sees_them(task: Task
     from realissim.geometry import project_points
     from realissim.learn.lift import WristGeometry, lift_pixels
     from realissim.twin.physics import PhysicsConfig, build_model
-    from realissim.twin.virtual import WristCamera, WristMount, body_poses
+    from realissim.views.virtual import WristCamera, WristMount, body_poses
 
     geometry = WristGeometry(task.scene, (96, 96))
     assert abs(geometry.plane - 0.035) < 1e-9  # the T's top face: centre 17.5 mm up, spheres of 17.5 mm

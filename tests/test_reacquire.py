@@ -12,28 +12,28 @@ import numpy as np
 import pytest
 import torch
 
-from realissim.geometry import quat_mul, quat_to_mat, quat_yaw, yaw_quat
-from realissim.real.surrogate.gap import Disturbance, GapProfile
-from realissim.real.surrogate.world import SurrogateWorld
-from realissim.runtime.config import CalibrationConfig
-from realissim.spec.scene import SceneSpec
-from realissim.spec.state import StartState
-from realissim.twin.camera_refine import refine_cameras
-from realissim.twin.color_fit import fit_colors
-from realissim.twin.kinematics import PusherIK
-from realissim.twin.physics import PhysicsConfig, TwinPhysics
-from realissim.twin.placement import PlacementConfig, place_object
-from realissim.twin.reacquire import ObjectSearch, SearchConfig
-from realissim.twin.rests import tipped_rests
-from realissim.twin.sighting import (
+from realissim.estimate.camera_refine import refine_cameras
+from realissim.estimate.color_fit import fit_colors
+from realissim.estimate.placement import PlacementConfig, place_object
+from realissim.estimate.search import ObjectSearch, SearchConfig
+from realissim.estimate.sighting import (
     SightingConfig,
     _classify_kernel,
     _splat_kernel,
     classify_reference,
     splat_reference,
 )
+from realissim.geometry import quat_mul, quat_to_mat, quat_yaw, yaw_quat
+from realissim.real.surrogate.gap import Disturbance, GapProfile
+from realissim.real.surrogate.world import SurrogateWorld
+from realissim.runtime.config import CalibrationConfig
+from realissim.spec.scene import SceneSpec
+from realissim.spec.state import StartState
+from realissim.twin.kinematics import PusherIK
+from realissim.twin.physics import PhysicsConfig, TwinPhysics
+from realissim.twin.rests import tipped_rests
 from realissim.twin.state import rest_state
-from realissim.twin.views import TwinViews
+from realissim.views.cameras import TwinViews
 
 SIZE = (160, 90)
 HEIGHT = 0.0175

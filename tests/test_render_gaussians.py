@@ -11,8 +11,8 @@ from realissim.render import gsplat_available, rasterize
 from realissim.render.gaussians import Gaussians, place
 from realissim.render.synthetic import cameras, random_gaussians
 from realissim.spec.scene import SceneSpec
-from realissim.twin.appearance import SceneAppearance
 from realissim.twin.physics import PhysicsConfig, build_model
+from realissim.views.appearance import SceneAppearance
 
 
 def test_place_matches_scene_appearance(scene: SceneSpec) -> None:

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from helpers import scripted_targets
+from realissim.estimate.placement import place_object
 from realissim.geometry import quat_mul, quat_to_mat, quat_yaw, yaw_quat
 from realissim.real.surrogate import Surrogate, SurrogateConfig
 from realissim.runtime import FrameReport, Runtime, RuntimeConfig, SupervisionConfig
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
-from realissim.twin.placement import place_object
 from realissim.twin.rests import tipped_rests
 
 pytestmark = pytest.mark.slow

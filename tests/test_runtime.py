@@ -10,12 +10,12 @@ import pytest
 
 from helpers import scripted_targets
 from realissim.assets.appearance import AppearanceConfig
+from realissim.estimate.placement import place_object
 from realissim.eval.sync.metrics import SyncRecorder
 from realissim.geometry import yaw_quat
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
 from realissim.runtime import Runtime, RuntimeConfig, ViewsConfig
 from realissim.spec.scene import SceneSpec
-from realissim.twin.placement import place_object
 
 
 def test_sync_recorder_errors_and_recovery() -> None:

@@ -12,6 +12,9 @@ import pytest
 import torch
 from scipy.ndimage import binary_erosion
 
+from realissim.estimate.color_fit import fit_colors
+from realissim.estimate.correction import CorrectionConfig, VisualCorrection
+from realissim.estimate.search import ObjectSearch, SearchConfig
 from realissim.eval.sync.sweep import SWEEP_SEED, sweep_profile
 from realissim.geometry import quat_yaw, yaw_quat
 from realissim.real.surrogate.gap import GapProfile
@@ -21,11 +24,10 @@ from realissim.render.gaussians import Gaussians
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
 from realissim.tasks.pusht import PushTTask
-from realissim.twin.color_fit import fit_colors
-from realissim.twin.correction import CorrectionConfig, VisualCorrection
 from realissim.twin.physics import TwinPhysics
-from realissim.twin.reacquire import ObjectSearch, SearchConfig
-from realissim.twin.shadows import (
+from realissim.twin.state import rest_state
+from realissim.views.cameras import TwinViews
+from realissim.views.shadows import (
     ShadowCaster,
     ShadowFitConfig,
     ShadowLight,
@@ -34,8 +36,6 @@ from realissim.twin.shadows import (
     light_direction,
     point_coverage,
 )
-from realissim.twin.state import rest_state
-from realissim.twin.views import TwinViews
 
 SMALL = (160, 90)
 

@@ -9,16 +9,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from realissim.estimate.correction import CorrectionResult
+from realissim.estimate.placement import place_object
 from realissim.geometry import quat_yaw
 from realissim.runtime import SupervisionConfig
 from realissim.runtime.supervision import Supervisor
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
-from realissim.twin.correction import CorrectionResult
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
-from realissim.twin.placement import place_object
 from realissim.twin.state import rest_state
-from realissim.twin.views import TwinViews
+from realissim.views.cameras import TwinViews
 
 SIZE = (160, 90)
 IN_SYNC = CorrectionResult(wrenches=np.zeros((1, 6)), loss_before=0.01, loss_after=0.01,

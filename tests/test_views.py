@@ -15,8 +15,8 @@ from realissim.geometry import project_points
 from realissim.render import rasterize
 from realissim.spec.scene import SceneSpec
 from realissim.twin.physics import PhysicsConfig, build_model
-from realissim.twin.views import TwinViews
 from realissim.util.images import encode_png, grid, to_uint8, write_png
+from realissim.views.cameras import TwinViews
 
 
 def _decode_png(data: bytes) -> np.ndarray:

@@ -14,9 +14,9 @@ from realissim.geometry import project_points
 from realissim.render import rasterize
 from realissim.spec.scene import SceneSpec
 from realissim.twin.physics import PhysicsConfig, build_model
-from realissim.twin.views import DEFAULT_BACKGROUND, TwinViews
-from realissim.twin.virtual import WRIST, VirtualCameras, body_poses
 from realissim.util.images import to_uint8
+from realissim.views.cameras import DEFAULT_BACKGROUND, TwinViews
+from realissim.views.virtual import WRIST, VirtualCameras, body_poses
 
 
 @pytest.fixture(scope="module")

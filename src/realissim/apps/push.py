@@ -21,8 +21,8 @@ from realissim.spec.io import save_scene
 from realissim.spec.state import StartState
 from realissim.tasks import Task
 from realissim.twin.physics import PhysicsConfig
-from realissim.twin.views import TwinViews
 from realissim.util.images import grid, to_uint8, write_png
+from realissim.views.cameras import TwinViews
 
 log = logging.getLogger(__name__)
 

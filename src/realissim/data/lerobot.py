@@ -21,7 +21,8 @@ Resampling: `fps` must divide the source frame rate; exported frame k of an epis
 
 Everything is written into a sibling `OUT.partial-<pid>` renamed to OUT at the end; any error removes it,
 and an OSError (a full disk) becomes an `ExportError` naming OUT and the cause. The source is only read.
-Dependencies point down: this module → `data.reader`, `data.schema`, `data.stats`, `data.video`, `twin`.
+Dependencies point down: this module → `data.lerobot_format`, `data.reader`, `data.schema`, `data.stats`,
+`data.video`, `views`.
 """
 
 from __future__ import annotations
@@ -43,23 +44,30 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from realissim.data.lerobot_format import (
+    CODEBASE_VERSION,
+    DATA_PATH,
+    EPISODES_PATH,
+    EXPORT_PATH,
+    IMAGE_KEY,
+    INFO_PATH,
+    STATS_PATH,
+    TASKS_PATH,
+    VIDEO_PATH,
+    data_schema,
+    episode_columns,
+    features,
+    table,
+)
 from realissim.data.reader import Dataset
 from realissim.data.render import StateRenderer
-from realissim.data.schema import DatasetError, DatasetMeta, EpisodeData, EpisodeInfo
+from realissim.data.schema import DatasetError, EpisodeData, EpisodeInfo
 from realissim.data.stats import QUANTILES as QUANTILES  # re-exported
 from realissim.data.stats import ImageStats, feature_stats
 from realissim.data.video import VideoConfig, VideoWriter, resolve_codec, video_info
-from realissim.twin.virtual import WRIST
+from realissim.views.virtual import WRIST
 
 log = logging.getLogger(__name__)
-
-CODEBASE_VERSION = "v3.0"
-DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-INFO_PATH, STATS_PATH, TASKS_PATH = "meta/info.json", "meta/stats.json", "meta/tasks.parquet"
-EXPORT_PATH = "meta/realissim_export.json"
-IMAGE_KEY = "observation.images.{camera}"
 
 
 class ExportError(DatasetError):
@@ -222,97 +230,6 @@ def _publish(partial: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _features(meta: DatasetMeta, cameras: Sequence[str], size: tuple[int, int]) -> dict[str, dict[str, Any]]:
-    """LeRobot's feature descriptions (dtype, shape, names), cameras' `info` blocks still to be probed."""
-    joints = list(meta.joint_names)
-    objects = [f"{o}_{c}" for o in meta.object_names for c in ("x", "y", "z", "qw", "qx", "qy", "qz")]
-    vector = lambda names: {"dtype": "float32", "shape": [len(names)], "names": names}  # noqa: E731
-    features = {
-        "observation.state": vector([*joints, "tip_x", "tip_y", "tip_z"]),
-        "observation.environment_state": vector(objects),
-        "action": vector(joints),
-        "progress": {"dtype": "float32", "shape": [1], "names": None},
-        "next.done": {"dtype": "bool", "shape": [1], "names": None},
-        "next.success": {"dtype": "bool", "shape": [1], "names": None},
-    }
-    for camera in cameras:
-        shape = [size[1], size[0], 3]
-        features[IMAGE_KEY.format(camera=camera)] = {
-            "dtype": "video",
-            "shape": shape,
-            "names": ["height", "width", "channels"],
-        }
-    features |= {"timestamp": {"dtype": "float32", "shape": [1], "names": None}}
-    features |= {
-        k: {"dtype": "int64", "shape": [1], "names": None}
-        for k in ("frame_index", "episode_index", "index", "task_index")
-    }
-    return features
-
-
-def episode_columns(
-    ep: EpisodeData, info: EpisodeInfo, stride: int, fps: int, episode_index: int, start: int
-) -> dict[str, np.ndarray]:
-    """The data columns (every non-video feature, (n, ...) each) of one episode resampled by `stride`, its
-    first frame being row `start` of the dataset.
-
-    A source frame i holds the state after frame i and the q′ commanded during it, so the step from
-    exported frame k (source frame k·s) to the next one is driven by the commands of source frames
-    k·s + 1 … (k + 1)·s: its action is the last of them, q′ at (k + 1)·s (the last frame repeats the
-    episode's last command), and `next.success` says whether success was judged by that frame's time."""
-    length = len(ep.time)
-    rows = np.arange(0, length, stride)
-    n = len(rows)
-    after = np.minimum(rows + stride, length - 1)
-    done = np.zeros(n, dtype=bool)
-    done[-1] = True
-    objects = np.concatenate([ep.object_pos[rows], ep.object_quat[rows]], axis=2)
-    return {
-        "observation.state": np.concatenate([ep.q[rows], ep.tip[rows]], axis=1).astype(np.float32),
-        "observation.environment_state": objects.reshape(n, -1).astype(np.float32),
-        "action": ep.q_cmd[after].astype(np.float32),
-        "progress": ep.progress[rows].astype(np.float32),
-        "next.done": done,
-        "next.success": ep.time[after] >= info.success_time - 1e-9,
-        "timestamp": (np.arange(n) / fps).astype(np.float32),
-        "frame_index": np.arange(n, dtype=np.int64),
-        "episode_index": np.full(n, episode_index, dtype=np.int64),
-        "index": np.arange(start, start + n, dtype=np.int64),
-        "task_index": np.zeros(n, dtype=np.int64),
-    }
-
-
-_ARROW = {"float32": pa.float32(), "int64": pa.int64(), "bool": pa.bool_()}
-
-
-def _data_schema(features: dict[str, dict[str, Any]]) -> pa.Schema:
-    """Arrow schema of the data files: scalars for shape (1,), fixed-size lists for vectors, with the
-    `huggingface` metadata that lets `datasets` load them with the right features."""
-    fields, hf = [], {}
-    for key, ft in features.items():
-        if ft["dtype"] == "video":
-            continue
-        value = {"dtype": ft["dtype"], "_type": "Value"}
-        if ft["shape"] == [1]:
-            fields.append(pa.field(key, _ARROW[ft["dtype"]]))
-            hf[key] = value
-        else:
-            fields.append(pa.field(key, pa.list_(_ARROW[ft["dtype"]], ft["shape"][0])))
-            hf[key] = {"feature": value, "length": ft["shape"][0], "_type": "Sequence"}
-    return pa.schema(fields, metadata={"huggingface": json.dumps({"info": {"features": hf}})})
-
-
-def _table(columns: dict[str, np.ndarray], schema: pa.Schema) -> pa.Table:
-    arrays = []
-    for field in schema:
-        x = columns[field.name]
-        if pa.types.is_fixed_size_list(field.type):
-            arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1]))
-        else:
-            arrays.append(pa.array(x, type=field.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
-
-
 class _Slots:
     """The (chunk, file) indices of a sequence of files that roll over at `limit_mb`."""
 
@@ -353,8 +270,8 @@ class _Export:
         self.video, self.limits = video, limits
         self.renderer = StateRenderer(meta, cameras, size) if cameras else None
         self.codec = resolve_codec(video) if cameras else None
-        self.features = _features(meta, cameras, size)
-        self.schema = _data_schema(self.features)
+        self.features = features(meta, cameras, size)
+        self.schema = data_schema(self.features)
         self.frames, self.render_s, self.encode_s = 0, 0.0, 0.0
         self.columns: list[dict[str, np.ndarray]] = []
         self.images = {c: ImageStats() for c in cameras}
@@ -414,7 +331,7 @@ class _Export:
         slots = self.data_slots
         if self.data is None:
             self.data = pq.ParquetWriter(self._path(DATA_PATH, slots), self.schema, compression="snappy")
-        self.data.write_table(_table(columns, self.schema))
+        self.data.write_table(table(columns, self.schema))
         n = len(columns["index"])
         row = {"data/chunk_index": slots.chunk, "data/file_index": slots.file}
         row |= {"dataset_from_index": self.frames, "dataset_to_index": self.frames + n}

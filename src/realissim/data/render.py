@@ -11,7 +11,7 @@ import numpy as np
 from realissim.data.schema import DatasetMeta
 from realissim.twin.physics import PhysicsConfig, build_model
 from realissim.twin.state import TwinLayout
-from realissim.twin.virtual import VirtualCameras, body_poses
+from realissim.views.virtual import VirtualCameras, body_poses
 
 RENDER_BATCH = 32
 """Frames rendered per `VirtualCameras.render_batch` call."""

@@ -29,7 +29,7 @@ class BatchEnv:
         self.twins = TwinBatch(task.scene, size, offline_runtime(config).physics, nthread)
         self.cameras = None
         if config.cameras:
-            from realissim.twin.virtual import VirtualCameras
+            from realissim.views.virtual import VirtualCameras
 
             self.cameras = VirtualCameras(task.scene, self.twins.model, config.cameras, config.image_size)
         self.starts: list[StartState] = []
@@ -89,7 +89,7 @@ class BatchEnv:
         s = self.twins.state()
         images = {}
         if self.cameras is not None:
-            from realissim.twin.virtual import body_poses
+            from realissim.views.virtual import body_poses
 
             xpos, xquat = body_poses(self.twins.model, self.twins.qpos)
             images = self.cameras.render_batch(xpos, xquat)

@@ -152,7 +152,7 @@ class Env:
         self.runtime = Runtime(task.scene, runtime, world)
         self.cameras = None
         if config.cameras:
-            from realissim.twin.virtual import VirtualCameras
+            from realissim.views.virtual import VirtualCameras
 
             self.cameras = VirtualCameras(task.scene, self.runtime.twin.model, config.cameras, config.image_size)
         self._calibrated = False
@@ -248,7 +248,7 @@ class Env:
         s = self.runtime.twin.state()
         images = {}
         if self.cameras is not None:
-            from realissim.twin.virtual import body_poses
+            from realissim.views.virtual import body_poses
 
             # From qpos: MuJoCo's xpos after a step is the pose at the start of its last substep.
             xpos, xquat = body_poses(self.runtime.twin.model, self.runtime.twin.data.qpos[None])

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from realissim.estimate.placement import place_object
 from realissim.geometry import planar_rotation, quat_yaw, yaw_quat
 from realissim.policy.base import ActionChunk, Observation, Policy
 from realissim.tasks.pusht import T_BLOCK, PushTTask, wrap_angle
-from realissim.twin.placement import place_object
 
 if TYPE_CHECKING:
     from realissim.envs import Env

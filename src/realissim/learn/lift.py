@@ -25,7 +25,7 @@ from realissim.assets.panda import FLANGE_SITE
 from realissim.geometry import intrinsics_from_fov
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import ChainKinematics, robot_only_model
-from realissim.twin.virtual import WristMount
+from realissim.views.virtual import WristMount
 
 CAMERA_DIM = 12
 """Size of a camera pose vector: position (3) then the rotation matrix R_WC row by row (9)."""

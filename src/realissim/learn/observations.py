@@ -35,7 +35,7 @@ from realissim.learn.vision import ImageTrunk
 from realissim.policy.base import Observation
 from realissim.spec.scene import SceneSpec
 from realissim.twin.kinematics import PusherIK
-from realissim.twin.virtual import WRIST
+from realissim.views.virtual import WRIST
 
 LIFT_SCALE = 0.25
 """m: lifted keypoint positions are divided by this, so a tabletop workspace spans about [−1, 1]."""

@@ -11,12 +11,12 @@ import time
 import numpy as np
 import torch
 
+from realissim.estimate.board_calibration import BoardFit, calibrate_from_board
+from realissim.estimate.camera_refine import refine_cameras
+from realissim.estimate.color_fit import fit_colors
 from realissim.real.interfaces import RealWorld
 from realissim.runtime.config import CalibrationConfig
-from realissim.twin.board_calibration import BoardFit, calibrate_from_board
-from realissim.twin.camera_refine import refine_cameras
-from realissim.twin.color_fit import fit_colors
-from realissim.twin.views import TwinViews
+from realissim.views.cameras import TwinViews
 
 log = logging.getLogger(__name__)
 

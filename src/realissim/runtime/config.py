@@ -10,17 +10,17 @@ import math
 from dataclasses import dataclass, field
 
 from realissim.assets.appearance import AppearanceConfig
+from realissim.estimate.board_calibration import BoardCalibrationConfig
+from realissim.estimate.camera_refine import CameraRefineConfig
+from realissim.estimate.color_fit import ColorFitConfig
+from realissim.estimate.correction import CorrectionConfig
+from realissim.estimate.placement import PlacementConfig
+from realissim.estimate.search import SearchConfig
+from realissim.estimate.sighting import SightingConfig
 from realissim.real.follower import FollowerConfig
 from realissim.runtime.desync import DesyncConfig
-from realissim.twin.board_calibration import BoardCalibrationConfig
-from realissim.twin.camera_refine import CameraRefineConfig
-from realissim.twin.color_fit import ColorFitConfig
-from realissim.twin.correction import CorrectionConfig
 from realissim.twin.physics import PhysicsConfig
-from realissim.twin.placement import PlacementConfig
-from realissim.twin.reacquire import SearchConfig
-from realissim.twin.shadows import ShadowFitConfig
-from realissim.twin.sighting import SightingConfig
+from realissim.views.shadows import ShadowFitConfig
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,11 @@ class CalibrationConfig:
     """Fit the twin's Gaussian colours to the real cameras' images."""
     color_fit: ColorFitConfig = field(default_factory=ColorFitConfig)
     shadows: ShadowFitConfig = field(default_factory=ShadowFitConfig)
-    """Look for the key light's shadow in the images (`twin.shadows`); where there is one, the twin renders it from
+    """Look for the key light's shadow in the images (`views.shadows`); where there is one, the twin renders it from
     then on: the arm's shadow on the table and on the objects, every corrected frame."""
     use_board: bool = True
     """Where the world can lay a calibration board on the table (`RealWorld.calibration_board`), find every
-    camera's pose and intrinsics from images of it first (`twin.board_calibration`): its appearance is known in
+    camera's pose and intrinsics from images of it first (`estimate.board_calibration`): its appearance is known in
     advance, so fitted colours cannot absorb the cameras' error. The photometric refinement then runs only for the
     cameras that did not see the board."""
     board: BoardCalibrationConfig = field(default_factory=BoardCalibrationConfig)

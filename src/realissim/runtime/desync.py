@@ -3,7 +3,7 @@ the cameras see the object.
 
 The twin is out of sync when it no longer explains the camera images: the residual (the correction's
 photometric loss) rises well above its own baseline, or the visual force stays saturated while the cameras do
-not see the object where the twin has it, or the object the cameras see (`twin.sighting`) stands away from the
+not see the object where the twin has it, or the object the cameras see (`estimate.sighting`) stands away from the
 twin's. All are judged from images, calibration and the twin, never from ground truth. A saturated force alone
 is not evidence: under sustained contact the correction's integral reaches its cap whenever the twin's pusher
 and the real one press the object a few millimetres apart, in sync. When the detector fires, the runtime makes

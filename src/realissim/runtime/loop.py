@@ -18,6 +18,10 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
+from realissim.estimate.board_calibration import BoardFit
+from realissim.estimate.correction import CorrectionResult, VisualCorrection
+from realissim.estimate.search import ObjectSearch, TippedPose
+from realissim.estimate.sighting import ObjectSighting, Sighting
 from realissim.real.follower import Follower, FollowerConfig
 from realissim.real.interfaces import CameraStalledError, RealWorld
 from realissim.runtime.calibration import calibrate_views
@@ -27,13 +31,9 @@ from realissim.runtime.lead import LeadBound
 from realissim.runtime.supervision import Reacquisition, Supervision, Supervisor
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
-from realissim.twin.board_calibration import BoardFit
-from realissim.twin.correction import CorrectionResult, VisualCorrection
 from realissim.twin.physics import TwinPhysics, check_targets
-from realissim.twin.reacquire import ObjectSearch, TippedPose
-from realissim.twin.sighting import ObjectSighting, Sighting
 from realissim.twin.state import TwinState, rest_state
-from realissim.twin.views import TwinViews
+from realissim.views.cameras import TwinViews
 
 log = logging.getLogger(__name__)
 

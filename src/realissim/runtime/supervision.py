@@ -26,15 +26,15 @@ from functools import partial
 
 import numpy as np
 
+from realissim.estimate.correction import CorrectionResult
+from realissim.estimate.placement import Placement, place_object
+from realissim.estimate.search import ObjectSearch, SearchResult, TippedPose
+from realissim.estimate.sighting import ObjectSighting, Sighting
 from realissim.geometry import quat_yaw
 from realissim.runtime.config import SupervisionConfig
 from realissim.runtime.desync import DesyncDetector
-from realissim.twin.correction import CorrectionResult
 from realissim.twin.physics import TwinPhysics
-from realissim.twin.placement import Placement, place_object
-from realissim.twin.reacquire import ObjectSearch, SearchResult, TippedPose
-from realissim.twin.sighting import ObjectSighting, Sighting
-from realissim.twin.views import TwinViews
+from realissim.views.cameras import TwinViews
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import viser
 
 from realissim.spec.scene import CameraSpec, SceneSpec
 from realissim.teleop.meshes import body_meshes
-from realissim.twin.virtual import body_poses
+from realissim.views.virtual import body_poses
 
 log = logging.getLogger(__name__)
 

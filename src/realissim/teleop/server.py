@@ -41,7 +41,7 @@ from realissim.teleop.policy import TeleopPolicy
 from realissim.teleop.scene import TwinScene, clamp_to_table
 from realissim.teleop.session import Snapshot, TeleopSession
 from realissim.twin.kinematics import PusherIK
-from realissim.twin.virtual import VirtualCameras, body_poses
+from realissim.views.virtual import VirtualCameras, body_poses
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
-"""The digital twin: MuJoCo physics of a scene (single and batched) and its state."""
+"""The digital twin: MuJoCo physics of a scene (single and batched), its state, kinematics (pusher IK), dynamics
+randomisation, resting poses and contact readers. What it looks like is `views`; what estimates it from images is
+`estimate`."""
 
-from realissim.twin.appearance import SceneAppearance
 from realissim.twin.batch import BatchSnapshot, TwinBatch
 from realissim.twin.physics import PhysicsConfig, PhysicsDivergedError, Snapshot, TwinPhysics
 from realissim.twin.state import TwinLayout, TwinState
@@ -9,7 +10,6 @@ __all__ = [
     "BatchSnapshot",
     "PhysicsConfig",
     "PhysicsDivergedError",
-    "SceneAppearance",
     "Snapshot",
     "TwinBatch",
     "TwinLayout",

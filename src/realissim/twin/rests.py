@@ -6,7 +6,7 @@ lying rest), or stands on one of its sides: an edge of the convex hull of the sp
 the outward normal pointing down. A side is a rest where the object can stay still (quasi-statically stable)
 when the centre of mass projects onto the side within its ends. The real object has flat faces there (the T's boxes)
 and stands; the twin's sphere layer would balance on a line, so the twin does not stand objects up: the search
-uses the tipped rests to recognise a tipped object (`twin.reacquire`), not to place one.
+uses the tipped rests to recognise a tipped object (`estimate.search`), not to place one.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from realissim.eval.episode import EpisodeObserver
 from realissim.eval.sync.metrics import pose_errors
 from realissim.real.interfaces import CameraStalledError
 from realissim.spec.scene import SceneSpec
-from realissim.twin.views import TwinViews
 from realissim.util.images import to_uint8
+from realissim.views.cameras import TwinViews
 
 log = logging.getLogger(__name__)
 

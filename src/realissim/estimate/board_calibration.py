@@ -1,6 +1,6 @@
 """Calibrate the twin's cameras from images of a known dot board lying on the table.
 
-The photometric refinement (`realissim.twin.camera_refine`) matches the twin's rendered scene, whose colours
+The photometric refinement (`realissim.estimate.camera_refine`) matches the twin's rendered scene, whose colours
 were fitted to the same images, so the fitted colours absorb about a pixel of misregistration and the cameras
 cannot be found more closely than that (docs/decisions.md, "Calibration"). A printed board has an appearance
 known in advance — black dots of known radius on white, at known positions — so its image depends on the
@@ -35,7 +35,7 @@ from torch import Tensor
 
 from realissim.geometry import project_points
 from realissim.spec.board import DotBoard
-from realissim.twin.views import TwinViews
+from realissim.views.cameras import TwinViews
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ rasteriser. Fixed cameras go through `TwinViews` (the ground pre-rendered once a
 The wrist camera moves with the arm, so the ground is rasterised with everything else, after culling
 the Gaussians that provably cannot reach its image (which leaves the image unchanged).
 
-Dependencies point down: this module → `twin.views`, `twin.appearance` → `render`, `geometry`.
+Dependencies point down: this module → `views.cameras`, `views.appearance` → `render`, `geometry`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from realissim.render import rasterize
 from realissim.render.common import DEFAULT_NEAR, EPS2D, FOV_CLAMP
 from realissim.render.gaussians import Gaussians, place
 from realissim.spec.scene import SceneSpec
-from realissim.twin.appearance import SceneAppearance
-from realissim.twin.views import DEFAULT_BACKGROUND, TwinViews
+from realissim.views.appearance import SceneAppearance
+from realissim.views.cameras import DEFAULT_BACKGROUND, TwinViews
 
 log = logging.getLogger(__name__)
 

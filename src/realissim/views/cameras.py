@@ -22,8 +22,8 @@ from realissim.render import Backend, StaticLayer, rasterize, render_static, res
 from realissim.render.common import EPS2D
 from realissim.render.gaussians import Gaussians, place
 from realissim.spec.scene import CameraSpec, SceneSpec
-from realissim.twin.appearance import SceneAppearance
-from realissim.twin.shadows import ShadowCaster, ShadowFitConfig, ShadowLight, fit_shadow_light
+from realissim.views.appearance import SceneAppearance
+from realissim.views.shadows import ShadowCaster, ShadowFitConfig, ShadowLight, fit_shadow_light
 
 DEFAULT_BACKGROUND = (0.12, 0.12, 0.14)
 """RGB behind everything (beyond the table)."""

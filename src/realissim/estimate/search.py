@@ -2,7 +2,7 @@
 
 When the twin's object has drifted far from the real one (its render no longer overlaps the object in the
 images), the correction's gradients vanish or lead into a local minimum. `ObjectSearch.search` instead
-searches the object's planar pose (x, y, yaw) globally: seeded by the colour sighting (`twin.sighting`) for
+searches the object's planar pose (x, y, yaw) globally: seeded by the colour sighting (`estimate.sighting`) for
 position and, for yaw, by the four directions of the seen pixels' principal axes (an asymmetric object such
 as the T needs all four) plus a coarse sweep; each candidate is scored by render and compare (the object's
 Gaussians at the candidate pose — shaded by the arm's shadow there where the twin renders the key light's —,
@@ -17,7 +17,7 @@ finds nothing, or little, the object's tipped rests (`twin.rests`) are searched 
 that explains the images clearly is reported (`SearchResult.tipped`) instead of a lying one; the twin does not
 place it (`SearchConfig.tipped`).
 
-`twin.placement.place_object` then moves the twin's object to the found pose.
+`estimate.placement.place_object` then moves the twin's object to the found pose.
 """
 
 from __future__ import annotations
@@ -35,14 +35,14 @@ import torch
 from numpy.typing import ArrayLike
 from torch import Tensor
 
+from realissim.estimate.correction import photometric_loss
+from realissim.estimate.sighting import ObjectSighting, Sighting, SightingConfig, on_hue
 from realissim.geometry import quat_mul, quat_to_mat, yaw_quat
 from realissim.render import rasterize
-from realissim.twin.correction import photometric_loss
 from realissim.twin.physics import TwinPhysics
 from realissim.twin.rests import Rest, tipped_rests
-from realissim.twin.shadows import ShadowCaster
-from realissim.twin.sighting import ObjectSighting, Sighting, SightingConfig, on_hue
-from realissim.twin.views import TwinViews, ViewWindow
+from realissim.views.cameras import TwinViews, ViewWindow
+from realissim.views.shadows import ShadowCaster
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Putting a twin's object at a pose consistently: pose set, velocities and pending wrench zeroed, shifted in the
 plane by the smallest amount that clears the robot (and other objects) when the pose overlaps them (used by
-re-acquisition, `twin.reacquire`)."""
+re-acquisition, `estimate.search`)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from realissim.render import rasterize
 from realissim.render.gaussians import quat_rotate
-from realissim.twin.views import TwinViews
+from realissim.views.cameras import TwinViews
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,12 @@ import torch
 from numpy.typing import ArrayLike
 from torch import Tensor
 
+from realissim.estimate.vector_adam import VectorAdam
 from realissim.render import rasterize
 from realissim.render.gaussians import Gaussians, quat_multiply
 from realissim.twin.physics import TwinPhysics
 from realissim.twin.support import planar_wrenches, support_normals, touched
-from realissim.twin.views import TwinViews, ViewWindow
+from realissim.views.cameras import TwinViews, ViewWindow
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,8 @@ class CorrectionConfig:
     """What the loss compares while the twin renders a key light's shadow (`TwinViews.shadow`, found at
     calibration): "chromaticity" each pixel's colour over its brightness, (r, g, b) / (r + g + b + `chroma_floor`),
     as the search does; "intensity" the colours. Without a shadow the loss always compares intensity. An object
-    in the arm's shadow is dark on a dark table: measured on sweep profile 05 with the shadow rendered, comparing
-    intensity the pull held the re-placed T 25 mm off the real one, its loss no higher there than at the truth
-    (docs/decisions.md, "The twin renders the arm's shadow")."""
+    in the arm's shadow is dark on a dark table, where intensity held it off the truth (docs/decisions.md, "The
+    twin renders the arm's shadow")."""
     chroma_floor: float = 0.2
     """With `shadow_compare` "chromaticity": added to the brightness sum (intensity units), so that dark pixels'
     chromaticity, mostly noise, weighs less."""
@@ -98,15 +98,12 @@ class CorrectionConfig:
     integral_discharge: tuple[float, float] | None = None
     """rigid: empty an object's integral (translation and rotation apart) once the object moves along its pull faster
     than this (m/s, rad/s) and fast enough to cover the error found this frame within the frame: the sum has done
-    its work, and held on, it throws an object the moment what held it lets go. None: never (the default: over 12
-    contact-rich seeds (0, 0) lowered the median on 11 but moved the tails around rather than shrinking them;
-    docs/decisions.md, "What sets the contact-rich tails")."""
+    its work, and held on, it throws an object the moment what held it lets go. None: never (it moved the
+    contact-rich tails around rather than shrinking them: docs/decisions.md, "What sets the contact-rich tails")."""
     release_integral: bool = True
     """rigid: empty an object's integral when its contact with the arm (or another object) ends in the twin (the
     contact was there at the last correction and is gone now): the sum built up against that contact, and held on,
-    it throws the object the moment the contact lets go (default gap, contact seed 12: the twin's rod slid off the
-    T's bar end under a pull of 18 N, and the T shot 33 mm away in two frames; docs/decisions.md, "Released
-    contacts")."""
+    it throws the object the moment the contact lets go (docs/decisions.md, "Released contacts")."""
     crop_margin: int | None = 16
     """Optimise over a window of each image around the objects (their projections at the twin's pose, grown by
     this many px; None: whole images): far pixels carry no gradient to them (docs/decisions.md)."""
@@ -114,17 +111,14 @@ class CorrectionConfig:
     """While an object rests on static geometry (the table), keep only the in-plane part of its wrench (force
     along the surface, torque about its normal): the support already fixes the rest (docs/decisions.md)."""
     support_margin: float = 0.005
-    """An object within this distance of static geometry counts as resting on it, m, contact or not: without it a
-    T that hopped a millimetre got the full pull into the table (the force cap, 20 N), bounced, and slid off
-    with no friction to hold it (docs/decisions.md, "Support within a margin")."""
+    """An object within this distance of static geometry counts as resting on it, m, contact or not, so a T that
+    hops a millimetre is not pulled into the table (docs/decisions.md, "Support within a margin")."""
     rest_eps2d: float | None = 0.01
     """px²: the renderer's low-pass in the correction's views while the twin's objects rest (each slower than
     `rest_speed` for `rest_frames` frames); None: always the views' own (`TwinViews.eps2d`, 0.05 in the runtime).
     Sharper edges place a resting object more precisely, but narrow the loss's basin, which a push outruns: hence
-    only at rest (docs/decisions.md, "Sharper at rest"). Only where every frame is corrected (`held_frames` 1): with
-    the held spring scaled by 1/held_frames² it no longer sets off the two-frame oscillation it did at 1/held_frames
-    (docs/decisions.md, "Held wrenches"), but corrected every other frame it was no better on two contact seeds
-    (median 1.89 and 2.44 mm against 1.90 and 1.77 without), so it stays off there."""
+    only at rest (docs/decisions.md, "Sharper at rest"), and only where every frame is corrected (`held_frames` 1;
+    corrected every other frame it did not help: docs/decisions.md, "Held wrenches")."""
     rest_speed: float = 0.03
     """With `rest_eps2d`: m/s, the twin's objects' speed (of their origins) below which they count as still."""
     rest_frames: int = 6
@@ -132,8 +126,7 @@ class CorrectionConfig:
     rest_shift: float = 0.002
     """With `rest_eps2d`: m; a frame whose correction found an object more than this away in the plane ends the
     rest (the next frame renders with the views' own low-pass again): a real object pushed away from a still twin
-    one (an unseen hand) should meet the wider basin. A guard, not a measured fix: at rest the planar shift found is
-    0.1–1 mm."""
+    one (an unseen hand) should meet the wider basin (a guard: at rest the shift found is 0.1–1 mm)."""
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -495,35 +488,3 @@ class VisualCorrection:
         counts = torch.zeros(k, dtype=torch.float64).index_add_(0, self._slot, torch.ones_like(self._gain))
         moved = torch.zeros(k, dtype=torch.float64).index_add_(0, self._slot, delta.norm(dim=-1)) / counts
         return wrench.numpy(), moved.numpy()
-
-
-class VectorAdam:
-    """Adam (β 0.9, 0.999, bias-corrected) with one second moment per row of each parameter: the step of a
-    row is lr · m̂ / (sqrt(v̂) + eps) with v̂ the mean square of the row's gradient, so it points along the
-    row's (averaged) gradient instead of towards the nearest diagonal."""
-
-    def __init__(self, groups: list[dict], eps: float, betas: tuple[float, float] = (0.9, 0.999)) -> None:
-        self.groups, self.eps, self.betas = groups, eps, betas
-        self._t = 0
-        self._m = [torch.zeros_like(p) for g in groups for p in g["params"]]
-        self._v = [torch.zeros_like(p[..., :1]) for g in groups for p in g["params"]]
-
-    def zero_grad(self) -> None:
-        for g in self.groups:
-            for p in g["params"]:
-                p.grad = None
-
-    @torch.no_grad()
-    def step(self) -> None:
-        self._t += 1
-        b1, b2 = self.betas
-        i = 0
-        for g in self.groups:
-            for p in g["params"]:
-                grad = torch.zeros_like(p) if p.grad is None else p.grad
-                self._m[i].mul_(b1).add_(grad, alpha=1 - b1)
-                self._v[i].mul_(b2).add_((grad * grad).mean(dim=-1, keepdim=True), alpha=1 - b2)
-                m_hat = self._m[i] / (1 - b1**self._t)
-                v_hat = self._v[i] / (1 - b2**self._t)
-                p.sub_(g["lr"] * m_hat / (v_hat.sqrt() + self.eps))
-                i += 1

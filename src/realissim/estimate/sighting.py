@@ -30,7 +30,7 @@ from torch import Tensor
 
 from realissim.geometry import quat_to_mat
 from realissim.twin.physics import TwinPhysics
-from realissim.twin.views import TwinViews
+from realissim.views.cameras import TwinViews
 
 NEAR = 0.01
 """m; Gaussians nearer to a camera than this are not splatted."""
