@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,14 @@ from realissim.spec.scene import SceneSpec
 # again, and CI cannot fail on a draw no earlier run made.
 settings.register_profile("deterministic", derandomize=True)
 settings.load_profile("deterministic")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (one worker per core, `scripts/test`), one torch thread per worker: torch's spinning
+    OpenMP threads, two per worker beside each worker's surrogate, made the online tests up to 5× slower. Tests
+    that need more threads set them (and restore them)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -75,7 +75,7 @@ def test_parallel_collection_stores_what_one_process_collects_in_index_order(tmp
     assert [e.seed for e in two.all_episodes] == [e.seed for e in one.all_episodes]
     for a, b in zip(one.all_episodes, two.all_episodes, strict=True):
         assert (a.length, a.success, a.final_coverage) == (b.length, b.success, b.final_coverage)
-        for name in ("q", "object_pos", "q_cmd"):
+        for name in ("q", "object_pos", "q_des"):
             np.testing.assert_array_equal(one.arrays(a.index)[name][:], two.arrays(b.index)[name][:], err_msg=name)
     assert not list(tmp_path.glob(".two.part-*"))  # the workers' part datasets are gone
     collect(CollectConfig(out=tmp_path / "two", workers=2, **settings | {"episodes": 2}))  # type: ignore[arg-type]

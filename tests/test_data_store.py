@@ -100,7 +100,7 @@ def make_episode(meta: DatasetMeta, length: int, seed: int = 0) -> EpisodeData:
         object_angvel=rng.normal(size=(length, k, 3)),
         q=rng.normal(size=(length, j)),
         qd=rng.normal(size=(length, j)),
-        q_cmd=rng.normal(size=(length, j)),
+        q_des=rng.normal(size=(length, j)),
         tip=rng.normal(size=(length, 3)),
         progress=progress_label(length),
         policy_progress=rng.random(length).astype(np.float32),
@@ -178,7 +178,7 @@ def test_frames_are_read_at_random_across_episode_boundaries(tmp_path: Path, sce
         row = i - sum(lengths[:e])
         frame = ds.frame(i)
         assert (frame["episode_index"], frame["frame_index"]) == (e, row)
-        for name in ("time", "object_pos", "q_cmd", "progress", "desynced", "oracle_object_quat"):
+        for name in ("time", "object_pos", "q_des", "progress", "desynced", "oracle_object_quat"):
             assert np.array_equal(frame[name], getattr(episodes[e], name)[row]), (i, name)
         assert np.array_equal(frame["images/front"], episodes[e].images["front"][row])
     assert np.array_equal(ds.frame(-1)["q"], episodes[-1].q[-1])
@@ -470,7 +470,7 @@ def test_the_recorder_stores_an_offline_episode_frame_by_frame(tmp_path: Path, t
     assert (info.success, info.seed, info.start) == (result.success, 7, result.start)
     assert info.final_coverage == result.final["coverage"] and info.extra["final"]["pos_err"] == result.final["pos_err"]
     assert np.array_equal(episode.time, [f.state.time for f in seen.frames])
-    assert np.array_equal(episode.q_cmd, [f.target for f in seen.frames])
+    assert np.array_equal(episode.q_des, [f.q_des for f in seen.frames])
     assert np.array_equal(episode.object_angvel, [f.state.object_angvel for f in seen.frames])
     assert np.array_equal(episode.progress, np.arange(60, dtype=np.float32) / np.float32(59))
     assert np.array_equal(episode.policy_progress, np.float32(result.progress))

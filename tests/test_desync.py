@@ -7,12 +7,39 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from realissim.runtime.desync import DesyncConfig, DesyncDetector
+from realissim.runtime.desync import DesyncConfig, DesyncCounts, DesyncDetector
+
+FPS = 60.0
+
+
+def _config(
+    warmup: int = 60,
+    frames: int = 20,
+    sight_frames: int = 6,
+    overlap_frames: int = 6,
+    baseline_window: int = 300,
+    **rest: float,
+) -> DesyncConfig:
+    """A config whose times are these counts of 60 Hz frames (the detector's default feed)."""
+    return DesyncConfig(warmup_s=warmup / FPS, fire_s=frames / FPS, sight_s=sight_frames / FPS,
+                        overlap_s=overlap_frames / FPS, baseline_s=baseline_window / FPS, **rest)  # fmt: skip
+
+
+def test_times_are_counted_in_the_frames_the_detector_is_fed() -> None:
+    """One frame in two at 60 Hz: the same seconds in half the frames (rounded up); at 60 Hz every default is a
+    whole number of frames."""
+    assert DesyncConfig().counts(1 / FPS) == DesyncCounts(60, 20, 300, 6, 6)
+    halved = DesyncConfig().counts(2 / FPS)
+    assert (halved.warmup, halved.frames, halved.baseline_window, halved.sight_frames) == (30, 10, 150, 3)
+    assert DesyncConfig().counts(3 / FPS).frames == 7  # 6⅔ frames: rounded up
+    assert DesyncDetector(DesyncConfig(), frame_dt=2 / FPS).counts == halved
+    with pytest.raises(ValueError, match="sight_s"):
+        DesyncConfig(sight_s=0.0)
 
 
 def test_fires_on_a_sustained_rise_and_rearms() -> None:
     rng = np.random.default_rng(0)
-    det = DesyncDetector(DesyncConfig(warmup=30, frames=10, rise=1.6, recover=1.2))
+    det = DesyncDetector(_config(warmup=30, frames=10, rise=1.6, recover=1.2))
     residual = 1e-3 * (1 + 0.1 * rng.standard_normal(300))
     residual[100:103] *= 3  # a short spike: no alarm
     residual[150:200] *= 3  # a sustained rise: alarm, then recovery
@@ -28,21 +55,21 @@ def test_a_saturated_force_fires_only_where_the_sighting_disagrees_and_warmup_ne
     """Under sustained contact the pull sits at its cap while the twin is millimetres from the real object (sweep
     profile 02: 165 saturated frames 2–5 mm off, which used to raise 220 false alarms a minute); a capped pull
     counts only while the cameras see the object away from the twin's (here 15 mm: not agreeing, not yet away)."""
-    det = DesyncDetector(DesyncConfig(warmup=5, frames=3))
+    det = DesyncDetector(_config(warmup=5, frames=3))
     assert not any(det.update(1.0, force_saturated=False, distance=0.002) for _ in range(5))
     assert not any(det.update(1.0, force_saturated=True, distance=0.004) for _ in range(100))  # in sync
     assert not any(det.update(1.0, force_saturated=True) for _ in range(100))  # not seen: no evidence
     assert [det.update(1.0, force_saturated=True, distance=0.015) for _ in range(3)] == [False, False, True]
     assert all(det.update(1.0, force_saturated=False, distance=0.012) for _ in range(3))  # not agreeing: held
     assert det.desynced and [kind for _, kind in det.events] == ["fired"]
-    fresh = DesyncDetector(DesyncConfig(warmup=50, frames=3))
+    fresh = DesyncDetector(_config(warmup=50, frames=3))
     assert not any(fresh.update(100.0) for _ in range(20))  # no baseline yet
 
 
 def test_a_fire_and_a_rearm_each_start_the_counts_afresh() -> None:
     """Firing again after a re-arm needs `frames` fresh frames of evidence, even where the evidence never let
     up (a residual still high when the search confirmed the twin and the detector re-armed on the sighting)."""
-    det = DesyncDetector(DesyncConfig(warmup=5, frames=4))
+    det = DesyncDetector(_config(warmup=5, frames=4))
     for _ in range(5):
         det.update(1.0, distance=0.002)
     assert [det.update(10.0, distance=0.002) for _ in range(4)] == [False, False, False, True]
@@ -58,7 +85,7 @@ def test_a_shape_overlap_below_its_own_in_sync_level_fires() -> None:
     seen 2 mm) while the shapes' overlap falls (0.82 → 0.50). The threshold is relative to the overlap learnt in
     sync, which shadows lower (0.66 instead of 0.82); a re-arm on the search's confirmation accepts the overlap
     it finds as in sync, so an arm hiding part of the object cannot keep the detector firing."""
-    cfg = DesyncConfig(warmup=10, frames=5, overlap_frames=4)
+    cfg = _config(warmup=10, frames=5, overlap_frames=4)
     det = DesyncDetector(cfg)
     for _ in range(20):
         det.update(1.0, distance=0.003, overlap=0.8)
@@ -78,7 +105,7 @@ def test_a_shape_overlap_below_its_own_in_sync_level_fires() -> None:
         shaded.update(1.0, distance=0.003, overlap=0.66)
     assert not any(shaded.update(1.0, distance=0.003, overlap=0.55) for _ in range(50))
     assert any(shaded.update(1.0, distance=0.003, overlap=0.45) for _ in range(4))
-    off = DesyncDetector(DesyncConfig(warmup=10, overlap_frames=4, overlap_drop=0.0))
+    off = DesyncDetector(_config(warmup=10, overlap_frames=4, overlap_drop=0.0))
     for _ in range(20):
         off.update(1.0, distance=0.003, overlap=0.8)
     assert not any(off.update(1.0, distance=0.003, overlap=0.3) for _ in range(50))
@@ -87,7 +114,7 @@ def test_a_shape_overlap_below_its_own_in_sync_level_fires() -> None:
 def test_suspicion_measures_the_evidence_towards_firing_and_clear_starts_it_afresh() -> None:
     """`suspicion`: the largest of the ways' counts over the count that fires it (what `early_search` acts
     on); `clear` (the twin's object just put where the images show it) restarts the counts, not the baselines."""
-    cfg = DesyncConfig(warmup=10, frames=8, overlap_frames=4, sight_frames=6)
+    cfg = _config(warmup=10, frames=8, overlap_frames=4, sight_frames=6)
     det = DesyncDetector(cfg)
     for _ in range(20):
         det.update(1.0, distance=0.003, overlap=0.8)
@@ -141,7 +168,7 @@ def test_detector_score_counts_hits_misses_and_false_alarms_against_the_oracle()
 
 def test_a_slow_drift_does_not_become_the_baseline() -> None:
     """A twin drifting away raises the residual slowly; the baseline must not follow it up."""
-    det = DesyncDetector(DesyncConfig(warmup=30, frames=10))
+    det = DesyncDetector(_config(warmup=30, frames=10))
     residual = np.concatenate([np.full(100, 1e-3), 1e-3 * 1.01 ** np.arange(1, 301)])  # ×20 over 5 s
     states = [det.update(float(r)) for r in residual]
     assert not any(states[:100]) and states[-1]
@@ -150,7 +177,7 @@ def test_a_slow_drift_does_not_become_the_baseline() -> None:
 
 
 def test_fires_when_the_cameras_see_the_object_elsewhere_and_rearms_when_they_agree() -> None:
-    cfg = DesyncConfig(warmup=10, frames=10, sight_frames=6, sight_distance=0.02)
+    cfg = _config(warmup=10, frames=10, sight_frames=6, sight_distance=0.02)
     det = DesyncDetector(cfg)
     for _ in range(20):
         assert not det.update(1e-3, distance=0.001)
@@ -167,7 +194,7 @@ def test_fires_when_the_cameras_see_the_object_elsewhere_and_rearms_when_they_ag
 def test_a_check_that_finds_the_twin_right_vetoes_the_alarm_and_the_evidence_must_build_again() -> None:
     """The check is asked only on the frame the evidence fires; False keeps the detector in sync (a veto, with the
     counts restarted, so the next check waits for fresh evidence); True fires as without a check."""
-    det = DesyncDetector(DesyncConfig(warmup=10, frames=10, sight_frames=6, sight_distance=0.02))
+    det = DesyncDetector(_config(warmup=10, frames=10, sight_frames=6, sight_distance=0.02))
     asked: list[bool] = []
 
     def check(verdict: bool) -> Callable[[], bool]:
@@ -192,7 +219,7 @@ def test_a_check_that_finds_the_twin_right_vetoes_the_alarm_and_the_evidence_mus
 def test_the_sightings_own_error_widens_its_thresholds_and_a_confirmation_rearms_on_agreement() -> None:
     """With a 15 mm sighting error measured at calibration, 25 mm is no alarm (it would be without), 45 mm is;
     after a re-acquisition's confirmation it re-arms on agreement although the residual stays high."""
-    cfg = DesyncConfig(warmup=10, frames=10, sight_frames=6, sight_distance=0.02)
+    cfg = _config(warmup=10, frames=10, sight_frames=6, sight_distance=0.02)
     plain, slack = DesyncDetector(cfg), DesyncDetector(cfg)
     slack.sight_slack = 0.015
     for _ in range(20):
@@ -211,7 +238,7 @@ def test_a_residual_confirmed_high_at_re_arming_is_the_new_floor_until_it_comes_
     """Re-armed on a re-acquisition's confirmation with the residual still 3.5× its baseline (shadows the twin
     does not render): it does not fire again at once; a further 3× rise still fires; back at the baseline the
     floor is gone and 3.5× fires again."""
-    cfg = DesyncConfig(warmup=10, frames=10, sight_frames=6, sight_distance=0.02)
+    cfg = _config(warmup=10, frames=10, sight_frames=6, sight_distance=0.02)
     det = DesyncDetector(cfg)
     for _ in range(20):
         det.update(1e-3, distance=0.005)

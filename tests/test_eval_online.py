@@ -7,6 +7,7 @@ import json
 import os
 import signal
 
+import numpy as np
 import pytest
 
 from helpers import HoldStill, HoldStillFactory, descendants, near_goal_starts, terminate_and_check
@@ -17,6 +18,7 @@ from realissim.eval.online import evaluate_online, write_online_report
 from realissim.expert.pusht import PushTExpert
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
 from realissim.runtime import RuntimeConfig, SupervisionConfig
+from realissim.spec.state import StartState
 from realissim.tasks import make
 
 pytestmark = pytest.mark.slow
@@ -67,16 +69,30 @@ def test_a_failed_surrogate_ends_its_episode_as_an_error_and_a_fresh_one_carries
     assert len((tmp_path / "episodes.csv").read_text().splitlines()) == 4
 
 
-def test_online_an_always_and_a_never_successful_policy_score_100_and_0_and_a_lie_shows(task) -> None:
-    # The expert solves this start online in 9.9 s (6.4 s with the lead bound and arm shaping off); over six
-    # near-goal starts it solved all six both ways, in 9.9–21.9 s (docs/decisions.md, "The lead bound").
+def test_online_a_start_on_the_goal_succeeds_one_held_off_it_never_does_and_a_lie_shows(task) -> None:
+    """Scoring on the oracle, one surrogate: the T already on its goal succeeds at the first judged frame; held
+    still off it, never, even though the policy claims it did (progress 1.0): the lie shows in the agreement."""
+    goal = next(g.pose for g in task.scene.goals)
+    on_goal = StartState.from_arrays(np.asarray(goal.pos)[None], np.asarray(goal.quat)[None],
+                                     np.asarray(task.scene.robot.home))  # fmt: skip
+    starts = [on_goal, *near_goal_starts(task, [(-0.03, 0.03, -0.4)])]
+    report = evaluate_online(task, HoldStill(1.0), starts, 1, 1.0, progress=False)
+    assert [e.result.success for e in report.episodes if e.result is not None] == [True, False]
+    summary = report.summary()
+    assert summary["success"] == 0.5 and summary["errors"] == 0 and summary["progress_success"] == 1.0
+    assert summary["progress_agreement_matrix"] == [[0, 1], [0, 1]]
+
+
+@pytest.mark.slow
+def test_the_expert_solves_a_near_goal_start_online_with_the_twin_in_sync(task) -> None:
+    """Contact is chaotic, so how long the expert takes differs between CPUs of one kind (this start: 9.9 s on one
+    machine, 14.2 s on another); over six near-goal starts it took 9.9–21.9 s (docs/decisions.md, "The lead
+    bound"). What holds everywhere: it succeeds within 40 s, and the corrected twin keeps the T where the world
+    has it. The episode ends at success, so the limit costs nothing where it is fast."""
     starts = near_goal_starts(task, [(-0.03, 0.03, -0.4)])
-    expert = evaluate_online(task, PushTExpert(task.scene), starts, 1, 12.0, progress=False).summary()
+    expert = evaluate_online(task, PushTExpert(task.scene), starts, 1, 40.0, progress=False).summary()
     assert expert["success"] == 1.0 and expert["errors"] == 0
-    assert expert["sync_error_mean_mm"] < 10.0  # the corrected twin kept the T where the world has it
-    liar = evaluate_online(task, HoldStill(1.0), starts, 1, 1.0, progress=False).summary()
-    assert liar["success"] == 0.0 and liar["progress_success"] == 1.0
-    assert liar["progress_agreement_matrix"] == [[0, 1], [0, 0]]
+    assert expert["sync_error_mean_mm"] < 10.0
 
 
 class UnseenHand(EpisodeObserver):

@@ -191,9 +191,9 @@ def test_normalizer_round_trips_and_survives_its_state_dict(mode: str) -> None:
 def test_chunk_targets_interpolate_in_time_and_hold_past_the_end() -> None:
     fps, T = 60.0, 90
     time = np.arange(1, T + 1) / fps
-    q_cmd = np.stack([time, -2 * time], axis=1)  # linear in time: interpolation is exact
+    q_des = np.stack([time, -2 * time], axis=1)  # linear in time: interpolation is exact
     progress = (np.arange(T) / (T - 1)).astype(np.float32)
-    out = chunk_targets(time, q_cmd, progress, 1.0, 32)
+    out = chunk_targets(time, q_des, progress, 1.0, 32)
     due = time[:, None] + np.arange(1, 33) / 32
     expected = np.minimum(due, time[-1])
     assert out.shape == (T, 32, 3)
@@ -270,10 +270,10 @@ def test_training_overfits_one_demonstration_and_the_policy_reproduces_it(
     shown = dataset.episode(info.index)
     policy = FlowPolicy.load(trained.checkpoint, obs="state", scene=task.scene)
     ik = PusherIK(task.scene)
-    targets = chunk_targets(shown.time, shown.q_cmd, shown.progress, 1.0, 32)
+    targets = chunk_targets(shown.time, shown.q_des, shown.progress, 1.0, 32)
     errors = []
     for k in range(0, len(shown.time), 10):
-        seen = Observation(time=shown.time[k], q=shown.q[k], qd=shown.qd[k], q_des=shown.q_cmd[k],
+        seen = Observation(time=shown.time[k], q=shown.q[k], qd=shown.qd[k], q_des=shown.q_des[k],
                            object_pos=shown.object_pos[k], object_quat=shown.object_quat[k])  # fmt: skip
         chunk = policy.act(seen)
         errors.append([np.linalg.norm(ik.tip_position(chunk.q_des[i]) - ik.tip_position(targets[k, i, :7]))
@@ -522,7 +522,7 @@ def test_ray_and_local_runs_agree_episode_by_episode(trained: TrainResult, task:
         (run / "checkpoints").mkdir(parents=True)
         for step in (400, 700):
             shutil.copy(trained.checkpoint.parent / f"step_{step:07d}.pt", run / "checkpoints")
-        settings = SweepSettings(limit=2, envs=2, max_seconds=1.0)
+        settings = SweepSettings("pusht/select-v1", limit=2, envs=2, max_seconds=1.0)
         on_ray, _, _ = sweep_offline(run, settings, tmp_path / "ray", ray_address="local")
     finally:
         ray.shutdown()

@@ -48,8 +48,8 @@ class IdealRobot(Robot):
     def read(self) -> JointState:
         return JointState(stamp=len(self.commands) * DT, q=self.q.copy(), qd=np.zeros(7))
 
-    def command(self, q_target: ArrayLike) -> np.ndarray:
-        self.q = np.clip(np.asarray(q_target, dtype=np.float64), LOWER, UPPER)
+    def command(self, q: ArrayLike) -> np.ndarray:
+        self.q = np.clip(np.asarray(q, dtype=np.float64), LOWER, UPPER)
         self.commands.append(self.q)
         return self.q
 

@@ -200,7 +200,7 @@ def test_data_parquet(exported: tuple[ExportReport, Path], source: Path) -> None
         np.testing.assert_array_equal(
             _column(table, "observation.environment_state")[rows], env_state.astype(np.float32)
         )
-        np.testing.assert_array_equal(_column(table, "action")[rows], ep.q_cmd[after].astype(np.float32))
+        np.testing.assert_array_equal(_column(table, "action")[rows], ep.q_des[after].astype(np.float32))
         np.testing.assert_array_equal(_column(table, "progress")[rows], ep.progress[i])
         np.testing.assert_array_equal(_column(table, "next.done")[rows], k == k[-1])
         np.testing.assert_array_equal(_column(table, "next.success")[rows], ep.time[after] >= SUCCESS_TIME - 1e-9)

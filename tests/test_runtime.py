@@ -67,7 +67,7 @@ def test_online_lockstep_frames_couple_twin_and_world(scene: SceneSpec) -> None:
         # While the detector says desync, both arms hold; the policy's targets wait until it re-arms.
         held_q, real_q = report.state.q.copy(), truth.q.copy()
         assert runtime.detector is not None
-        for _ in range(runtime.detector.config.frames):  # a residual far above its baseline fires it
+        for _ in range(runtime.detector.counts.frames):  # a residual far above its baseline fires it
             runtime.detector.update(1e3)
         away = targets[-1] + 0.2
         for _ in range(10):  # in sync again, but re-arming takes `frames` low frames
@@ -97,15 +97,12 @@ def test_the_twin_views_take_the_runtime_appearance(scene: SceneSpec) -> None:
 
 
 def test_correcting_every_other_frame_holds_the_wrench_between(scene: SceneSpec) -> None:
-    from realissim.runtime.desync import DesyncConfig
-
-    halved = DesyncConfig(frames=20, sight_frames=5, warmup=60).per_corrected_frame(2)
-    assert (halved.frames, halved.sight_frames, halved.warmup) == (10, 3, 30)  # same seconds at half the rate
     with pytest.raises(ValueError, match="correct_every"):
         RuntimeConfig(correct_every=0)
     with Surrogate(scene, SurrogateConfig(camera_size=(160, 90))) as world:
         runtime = Runtime(scene, RuntimeConfig(correct_every=2), world)
-        assert runtime.detector is not None and runtime.detector.config.frames == 10
+        # the detector is fed one frame in two: the same seconds in half the frames
+        assert runtime.detector is not None and runtime.detector.counts.frames == 10
         runtime.reset()
         runtime.calibrate()
         applied: list[np.ndarray] = []
@@ -202,3 +199,12 @@ def test_realtime_scenario_runs_on_the_wall_clock() -> None:
     seen = time_s[err > 0.04]
     assert len(seen) > 0 and 0.5 < seen[0] < 1.5, seen[:3]
     assert err[time_s < 0.5].max() < 0.02
+
+
+def test_the_runtime_refuses_a_world_whose_frame_period_is_not_the_twins(scene: SceneSpec) -> None:
+    slow = Surrogate(scene, SurrogateConfig(fps=30.0))  # (not started: the check comes before the world is used)
+    assert slow.frame_period == pytest.approx(1 / 30)
+    with pytest.raises(ValueError, match="frame period"):
+        Runtime(scene, RuntimeConfig(), slow)
+    offline = Runtime(scene, RuntimeConfig(follow=False, correct=False))
+    assert Surrogate(scene, SurrogateConfig()).frame_period == pytest.approx(offline.dt)

@@ -66,7 +66,7 @@ def test_a_loss_holds_the_arms_and_withholds_the_wrench_until_the_twin_is_confir
     """Re-acquisition off: the sighting puts the T 4 cm from the twin's, so the detector fires after its
     `sight_frames`; from then on both arms hold and the wrench is withheld, frame after frame, nothing searched."""
     sup = rig.supervisor(reacquire=False)
-    frames = sup.config.desync.sight_frames
+    frames = sup.detector.counts.sight_frames
     for frame in range(1, frames):
         supervision, timing = _update(sup, rig, frame)
         assert not sup.desynced and not sup.withholding and not sup.holding()
@@ -89,14 +89,14 @@ def test_a_fired_detector_searches_and_places_the_twin_object_where_the_images_s
         if supervision.attempts:
             fired = frame
             break
-    assert fired == sup.config.desync.sight_frames, "searched on the frame the detector fires"
+    assert fired == sup.detector.counts.sight_frames, "searched on the frame the detector fires"
     assert "reacquire" in timing
     (attempt,) = supervision.attempts
     assert attempt.placed and not attempt.early and supervision.placed
     assert supervision.arm_at is not None and np.allclose(supervision.arm_at, rig.q)
     assert rig.twin_off() < 0.01, "the twin's T put where the images show it"
     assert sup.desynced and not sup.withholding, "placed: the correction tracks again while the detector waits"
-    for frame in range(fired + 1, fired + 1 + sup.config.desync.frames):
+    for frame in range(fired + 1, fired + 1 + sup.detector.counts.frames):
         supervision, _ = _update(sup, rig, frame)
         assert supervision.attempts == (), "settled: not searched again before `recheck_frames`"
     assert not sup.desynced, "re-armed once the images agree with the twin for `frames` frames"
@@ -114,7 +114,7 @@ def test_an_early_search_places_in_sync_and_holds_the_arms_for_early_hold_frames
             placed_at = frame
             break
         assert not sup.holding()
-    assert placed_at == math.ceil(0.5 * sup.config.desync.sight_frames), "on half the evidence"
+    assert placed_at == math.ceil(0.5 * sup.detector.counts.sight_frames), "on half the evidence"
     assert supervision.attempts[0].early and supervision.restart_lead
     assert rig.twin_off() < 0.01
     assert [sup.holding() for _ in range(5)] == [True, True, True, False, False]

@@ -14,10 +14,11 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from realissim.real.surrogate.process import CAMERA_SIZE
 from realissim.util.signals import terminate_deferred, terminate_raises
 
 if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --help` stays fast
@@ -56,11 +57,11 @@ class CollectConfig:
     """Who demonstrates: the task's expert, or a human in the browser (`realissim teleop`)."""
     seed: int = 0
     """Seed of the start sampler (each episode draws its start from (seed, episode index)) and of the world."""
-    max_seconds: float = 60.0
-    """Simulated time limit per episode, s."""
+    max_seconds: float | None = None
+    """Simulated time limit per episode, s (None: the task's, `Task.max_seconds`)."""
     record_images: bool = False
     """Online: also store the real cameras' frames (compressed)."""
-    camera_size: tuple[int, int] = (160, 90)
+    camera_size: tuple[int, int] = CAMERA_SIZE
     """Online: the surrogate's camera size, px (width, height)."""
     disturb_every: float = 0.0
     """Disturbed demonstrations (offline expert only): mean simulated time between moves of the object while the
@@ -105,7 +106,7 @@ class CollectConfig:
             raise ValueError(f"episodes: must be ≥ 0, got {self.episodes}")
         if self.workers < 1:
             raise ValueError(f"workers: must be ≥ 1, got {self.workers}")
-        if not (self.max_seconds > 0 and math.isfinite(self.max_seconds)):
+        if self.max_seconds is not None and not (self.max_seconds > 0 and math.isfinite(self.max_seconds)):
             raise ValueError(f"max_seconds: must be a positive number, got {self.max_seconds}")
         if self.gap is not None and not self.online:
             raise ValueError("gap: a reality-gap profile needs --online")
@@ -133,14 +134,12 @@ class CollectConfig:
 
 
 def make_expert(task: Task, config: CollectConfig | None = None) -> Policy:
-    """The expert policy of `task`, with the expert settings of `config` (None: the expert's defaults)."""
-    if task.name == "pusht":
-        from realissim.expert.pusht import PushTExpert, PushTExpertConfig
+    """The expert policy of `task` (`Task.expert`), with the expert settings of `config` that are given (None:
+    the expert's defaults)."""
+    from realissim.expert.registry import make_expert as task_expert
 
-        given = {} if config is None else {"travel_cost": config.expert_travel_cost, "reseed": config.expert_reseed}
-        overrides = {name: value for name, value in given.items() if value is not None}
-        return PushTExpert(task.scene, replace(PushTExpertConfig(), **overrides))
-    raise ValueError(f"no expert for task {task.name!r}")
+    given = {} if config is None else {"travel_cost": config.expert_travel_cost, "reseed": config.expert_reseed}
+    return task_expert(task, **{name: value for name, value in given.items() if value is not None})
 
 
 def gap_name(gap: Path | None) -> str:

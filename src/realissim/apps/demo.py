@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from realissim.real.surrogate.process import CAMERA_SIZE
 from realissim.util.images import grid, write_png
 from realissim.util.jsonable import jsonable
 
@@ -49,7 +50,7 @@ class LoopDemoConfig:
     """Reality-gap profile JSON (None: the default profile)."""
     realtime: bool = False
     """Run on the wall clock (the surrogate paces itself at the frame rate) instead of lock-step."""
-    camera_size: tuple[int, int] = (160, 90)
+    camera_size: tuple[int, int] = CAMERA_SIZE
     """Real camera image size, px (width, height)."""
     hand_push: tuple[float, float, float] = (0.0, 0.05, 0.0)
     """How far the unseen hand moves the real T, world frame, m."""

@@ -11,12 +11,15 @@ from typing import Annotated, Literal
 import tyro
 
 from realissim.cli.common import FAILED, INVALID, fail, print_report
+from realissim.real.surrogate.process import CAMERA_SIZE
 
 
 @dataclass(frozen=True)
 class Acting:
-    """How a checkpoint's policy acts, and for how long."""
+    """The task, how a checkpoint's policy acts, and for how long."""
 
+    task: str = "pusht"
+    """The task (registry name): its start sets (unless --starts names one) and its time limit."""
     steps: int | None = None
     """Sampling steps K of an iterative policy (flow: Euler steps; None: the checkpoint's)."""
     seed: int = 0
@@ -25,8 +28,8 @@ class Acting:
     """Torch threads."""
     replan_every: float | None = None
     """Ask for a new chunk after this many seconds (None: when the chunk is used up, as the paper)."""
-    max_seconds: float = 60.0
-    """Time limit per episode, simulated s."""
+    max_seconds: float | None = None
+    """Time limit per episode, simulated s (None: the task's)."""
     kind: str = "flow"
     """The policy kind: its loader in the `realissim.policies` entry points, or "module:attribute"."""
 
@@ -81,8 +84,8 @@ class Offline:
 
     target: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINT")]
     """A checkpoint (a run's last.pt or checkpoints/step_*.pt)."""
-    starts: str = "pusht/eval-v1"
-    """The start set."""
+    starts: str | None = None
+    """The start set ("<task>/<version>"; None: the task's test set, e.g. pusht/eval-v1)."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -110,28 +113,30 @@ class Offline:
         from realissim.tasks import make, start_set
 
         a = self.acting
-        starts = start_set(self.starts)[: self.limit]
+        name = self.starts or make(a.task).start_set_name("test")
+        starts = start_set(name)[: self.limit]
         factory = CheckpointPolicy(str(self.target), a.steps, a.seed, a.threads, a.kind)
         policy = factory.load()
         if policy.needs.real_images:
             raise ValueError("a policy trained on real camera frames runs online only: realissim eval online")
-        task = make(self.starts.partition("/")[0])
+        task = make(name.partition("/")[0])
+        max_seconds = task.max_seconds if a.max_seconds is None else a.max_seconds
         policy.check_scene(task.scene)
         config = EnvConfig(replan_every=a.replan_every, sleep=self.sleep).observing(policy.needs)
         if self.ray is not None:
             from realissim.eval.distributed import evaluate_offline_ray
 
             try:
-                report = evaluate_offline_ray(task.name, factory, starts, self.envs, a.max_seconds, config, self.ray)
+                report = evaluate_offline_ray(task.name, factory, starts, self.envs, max_seconds, config, self.ray)
             except RuntimeError as err:
                 return fail("ray", err, INVALID)
         else:
-            report = evaluate_offline(task, policy, starts, self.envs, a.max_seconds, config, workers=self.workers)
+            report = evaluate_offline(task, policy, starts, self.envs, max_seconds, config, workers=self.workers)
         if self.out is not None:
-            about = {"checkpoint": str(self.target), "starts": self.starts, "replan_every": a.replan_every,
+            about = {"checkpoint": str(self.target), "starts": name, "replan_every": a.replan_every,
                      "sleep": self.sleep}  # fmt: skip
             write_report(report, self.out, about)
-        print_report(f"Offline evaluation of {self.target} on {self.starts}", report.summary(), self.out)
+        print_report(f"Offline evaluation of {self.target} on {name}", report.summary(), self.out)
         return 0
 
 
@@ -143,8 +148,8 @@ class Online:
 
     target: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINT")]
     """A checkpoint (a run's last.pt or checkpoints/step_*.pt)."""
-    starts: str = "pusht/online-v1"
-    """The start set."""
+    starts: str | None = None
+    """The start set ("<task>/<version>"; None: the task's online set, e.g. pusht/online-v1)."""
     limit: int | None = None
     """Only its first N starts."""
     workers: int = 1
@@ -179,17 +184,19 @@ class Online:
         from realissim.tasks import make, start_set
 
         a, w = self.acting, self.loop
-        starts = start_set(self.starts)[: self.limit]
+        name = self.starts or make(a.task).start_set_name("online")
+        starts = start_set(name)[: self.limit]
         factory = CheckpointPolicy(str(self.target), a.steps, a.seed, a.threads, a.kind)
         policy = factory.load()
-        task = make(self.starts.partition("/")[0])
+        task = make(name.partition("/")[0])
+        max_seconds = task.max_seconds if a.max_seconds is None else a.max_seconds
         policy.check_scene(task.scene)
         env = online_env_config(w.correct_every, a.replan_every, w.calibrate_at, self.max_held_s,
                                 self.early_search, self.early_hold, not self.no_alarm_check)  # fmt: skip
         config = env.observing(policy.needs)
-        world = SurrogateConfig(gap=w.gap, seed=a.seed, camera_size=(160, 90),
+        world = SurrogateConfig(gap=w.gap, seed=a.seed, camera_size=CAMERA_SIZE,
                                 mode="realtime" if w.realtime else "lockstep")  # fmt: skip
-        about = {"checkpoint": str(self.target), "starts": self.starts, "trials": w.trials,
+        about = {"checkpoint": str(self.target), "starts": name, "trials": w.trials,
                  "gap": str(w.gap) if w.gap else "default", "realtime": w.realtime,
                  "correct_every": w.correct_every, "calibrate_at": w.calibrate_at,
                  "max_held_s": self.max_held_s}  # fmt: skip
@@ -199,15 +206,15 @@ class Online:
             about["early_hold"] = self.early_hold
         if self.no_alarm_check:
             about["alarm_check"] = False
-        key = about | {"max_seconds": a.max_seconds, "steps": a.steps, "seed": a.seed,
+        key = about | {"max_seconds": max_seconds, "steps": a.steps, "seed": a.seed,
                        "replan_every": a.replan_every}  # fmt: skip
         journal = self.out / "episodes.jsonl" if self.out is not None else None
         acting = policy if self.workers == 1 else CheckpointPolicy(str(self.target), a.steps, a.seed, kind=a.kind)
-        report = evaluate_online(task, acting, starts, w.trials, a.max_seconds, config, world,
+        report = evaluate_online(task, acting, starts, w.trials, max_seconds, config, world,
                                  journal=journal, journal_key=key, workers=self.workers)  # fmt: skip
         if self.out is not None:
             write_online_report(report, self.out, about)
-        print_report(f"Online evaluation of {self.target} on {self.starts}", report.summary(), self.out)
+        print_report(f"Online evaluation of {self.target} on {name}", report.summary(), self.out)
         return 0
 
 
@@ -220,8 +227,8 @@ class Sweep:
 
     target: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="RUN")]
     """A training run's folder (its checkpoints/step_*.pt)."""
-    starts: str = "pusht/select-v1"
-    """The offline start set."""
+    starts: str | None = None
+    """The offline start set (None: the task's selection set, e.g. pusht/select-v1, disjoint from its test set)."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -236,8 +243,8 @@ class Sweep:
     """Evaluate every checkpoint offline."""
     online: bool = False
     """Also evaluate every checkpoint online (--online-starts × --trials; --gap, --realtime apply) and compare."""
-    online_starts: str = "pusht/online-v1"
-    """The online start set."""
+    online_starts: str | None = None
+    """The online start set (None: the task's online set)."""
     online_limit: int | None = None
     """Only its first N starts."""
     online_workers: int = 1
@@ -260,10 +267,16 @@ class Sweep:
 
         if not (self.offline or self.online):
             raise ValueError("sweep: nothing to do (--no-offline without --online)")
+        from realissim.tasks import make
+
         a, w = self.acting, self.loop
+        task = make(a.task)
+        offline_starts = self.starts or task.start_set_name("select")
+        online_starts = self.online_starts or task.start_set_name("online")
         offline_rows = online_rows = None
         if self.offline:
-            settings = SweepSettings(self.starts, self.limit, self.envs, a.max_seconds, a.replan_every, a.steps, a.seed)
+            settings = SweepSettings(offline_starts, self.limit, self.envs, a.max_seconds, a.replan_every, a.steps,
+                                     a.seed)  # fmt: skip
             try:
                 offline_rows, best, out = sweep_offline(self.target, settings, self.out, a.threads, self.ray,
                                                         self.workers, a.kind)  # fmt: skip
@@ -276,7 +289,7 @@ class Sweep:
             print(f"outputs in {out}/ (sweep.json, success.png, one folder per checkpoint)")
         if self.online:
             online = OnlineSweepSettings(
-                self.online_starts, self.online_limit, w.trials, a.max_seconds, str(w.gap) if w.gap else None,
+                online_starts, self.online_limit, w.trials, a.max_seconds, str(w.gap) if w.gap else None,
                 w.realtime, a.steps, a.seed, w.correct_every, w.calibrate_at,
             )  # fmt: skip
             online_rows, out = sweep_online(self.target, online, None, a.threads, self.online_workers, a.kind)
@@ -285,7 +298,7 @@ class Sweep:
             print(f"outputs in {out}/")
         if offline_rows is not None and online_rows is not None:
             both = compare_sweeps(offline_rows, online_rows, Path(self.target) / "sweep",
-                                  (self.starts, self.online_starts))  # fmt: skip
+                                  (offline_starts, online_starts))  # fmt: skip
             _print_comparison(both)
             print(f"outputs in {Path(self.target) / 'sweep'}/ (sweep_both.json, success_both.png)")
         return 0

@@ -70,7 +70,7 @@ def episode_columns(
     return {
         "observation.state": np.concatenate([ep.q[rows], ep.tip[rows]], axis=1).astype(np.float32),
         "observation.environment_state": objects.reshape(n, -1).astype(np.float32),
-        "action": ep.q_cmd[after].astype(np.float32),
+        "action": ep.q_des[after].astype(np.float32),
         "progress": ep.progress[rows].astype(np.float32),
         "next.done": done,
         "next.success": ep.time[after] >= info.success_time - 1e-9,

@@ -99,15 +99,18 @@ class Dataset:
         return self.num_frames
 
     def arrays(self, index: int) -> dict[str, zarr.Array]:
-        """The stored arrays of episode `index` by name ("images/<camera>" for frames), opened lazily."""
+        """The stored arrays of episode `index` by field name ("images/<camera>" for frames; a field stored under
+        another name, `Field.key`, by its own name), opened lazily."""
         if index not in self._by_index:
             raise IndexError(f"{self.path}: no episode {index} (episodes: {len(self.all_episodes)})")
         if index in self._open:
             self._open.move_to_end(index)
             return self._open[index]
         group = zarr.open_group(LocalStore(episode_path(self.path, index), read_only=True), mode="r")
-        names = [f.name for f in FIELDS if f.name in group] + [f"images/{c}" for c in self.meta.cameras]
-        self._open[index] = {name: group[name] for name in names}  # type: ignore[misc]
+        keys = {f.name: f.key for f in FIELDS if f.key in group} | {
+            f"images/{c}": f"images/{c}" for c in self.meta.cameras
+        }
+        self._open[index] = {name: group[key] for name, key in keys.items()}  # type: ignore[misc]
         if len(self._open) > self._cache:
             self._open.popitem(last=False)
         return self._open[index]

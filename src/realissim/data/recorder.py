@@ -104,11 +104,11 @@ class EpisodeRecorder(EpisodeObserver):
             raise ValueError(f"record_images: recording cameras {list(names)}, the dataset holds {list(meta.cameras)}")
 
     def on_frame(self, frame: FrameInfo) -> None:
-        """Append one frame (the twin's state after it, q′ = frame.target, the policy's progress, online the
+        """Append one frame (the twin's state after it, q′ = frame.q_des, the policy's progress, online the
         oracle now and the desync verdict, the real frames with `record_images`)."""
         env = self._require()
         s, add = frame.state, self._add
-        add(**{name: getattr(s, name) for name in _TWIN}, q_cmd=frame.target, policy_progress=frame.progress)
+        add(**{name: getattr(s, name) for name in _TWIN}, q_des=frame.q_des, policy_progress=frame.progress)
         assert self._ik is not None
         add(tip=self._ik.tip_position(s.q))
         if env.world is None:

@@ -45,6 +45,13 @@ class Field:
     unit: str
     dims: tuple[str, ...]
     kind: Literal["always", "online", "oracle"] = "always"
+    stored: str | None = None
+    """The array's name in the store when it differs from `name` (kept for the datasets already written)."""
+
+    @property
+    def key(self) -> str:
+        """The array's name in the store."""
+        return self.stored or self.name
 
     @property
     def evaluation_only(self) -> bool:
@@ -60,7 +67,7 @@ FIELDS: tuple[Field, ...] = (
     Field("object_angvel", ("K", 3), "float64", "rad/s", ("frame", "object", "xyz")),
     Field("q", ("J",), "float64", "rad", ("frame", "joint")),
     Field("qd", ("J",), "float64", "rad/s", ("frame", "joint")),
-    Field("q_cmd", ("J",), "float64", "rad", ("frame", "joint")),
+    Field("q_des", ("J",), "float64", "rad", ("frame", "joint"), stored="q_cmd"),
     Field("tip", (3,), "float64", "m", ("frame", "xyz")),
     Field("progress", (), "float32", "1", ("frame",)),
     Field("policy_progress", (), "float32", "1", ("frame",)),
@@ -214,8 +221,8 @@ class EpisodeData:
     """(T, J) rad."""
     qd: np.ndarray
     """(T, J) rad/s."""
-    q_cmd: np.ndarray
-    """(T, J) rad: the desired joints q′ commanded at each frame."""
+    q_des: np.ndarray
+    """(T, J) rad: the desired joints q′ commanded at each frame (stored as "q_cmd")."""
     tip: np.ndarray
     """(T, 3) m: the pusher tip's centre."""
     progress: np.ndarray

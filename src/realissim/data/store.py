@@ -109,7 +109,7 @@ def _fsync(path: str | Path, flags: int) -> None:
 def _write_arrays(group: zarr.Group, arrays: Mapping[str, np.ndarray], fps: float) -> None:
     """Arrays (T, ...) into `group`: chunks of CHUNK_SECONDS along time (images: one frame), each array one
     shard (one file), so an episode is a few dozen files to fsync however long it is."""
-    specs = {f.name: f for f in FIELDS}
+    specs = {f.name: f for f in FIELDS}  # (stored under `Field.key`)
     frames = max(1, round(CHUNK_SECONDS * fps))
     for name, arr in arrays.items():
         span = min(frames, len(arr))
@@ -121,7 +121,13 @@ def _write_arrays(group: zarr.Group, arrays: Mapping[str, np.ndarray], fps: floa
             f = specs[name]
             dims, chunks, attrs = f.dims, (span, *arr.shape[1:]), {"unit": f.unit, "evaluation_only": f.evaluation_only}
         group.create_array(
-            name, data=arr, chunks=chunks, shards=shard, dimension_names=dims, attributes=attrs, **_CODEC
+            name if name.startswith("images/") else specs[name].key,
+            data=arr,
+            chunks=chunks,
+            shards=shard,
+            dimension_names=dims,
+            attributes=attrs,
+            **_CODEC,
         )
 
 

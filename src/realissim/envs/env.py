@@ -92,7 +92,7 @@ class FrameInfo:
     """() or (B,) twin time after the frame, s."""
     source: TwinState | Callable[[], TwinState]
     """The twin's state after the frame, or how to read it (`state` reads it on first access)."""
-    target: np.ndarray
+    q_des: np.ndarray
     """([B,] J) the desired joints commanded this frame, rad."""
     progress: np.ndarray
     """() or (B,) the policy's progress at this frame (interpolated between its waypoints)."""

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 def run_batch(
-    task_name: str, factory: PolicyFactory, starts: list[StartState], max_seconds: float, config: EnvConfig
+    task_name: str, factory: PolicyFactory, starts: list[StartState], max_seconds: float | None, config: EnvConfig
 ) -> list[EpisodeResult]:
     """One batch, as `evaluate_offline` runs it: a `BatchEnv` of len(starts) twins of task `task_name`, the
     policy from `factory`; the episodes' results in start order."""
@@ -95,7 +95,7 @@ def evaluate_offline_ray(
     factory: PolicyFactory,
     starts: Sequence[StartState],
     envs: int = 20,
-    max_seconds: float = 60.0,
+    max_seconds: float | None = None,
     config: EnvConfig = EnvConfig(),
     address: str | None = None,
     progress: bool = True,

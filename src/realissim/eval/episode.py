@@ -164,12 +164,13 @@ def _episodes(
     env: Env | BatchEnv,
     policy: Policy,
     starts: list[StartState] | None,
-    max_seconds: float,
+    max_seconds: float | None,
     observers: Sequence[EpisodeObserver],
     stop_on_success: bool,
     judge_every: float,
     seed: int | None,
 ) -> list[EpisodeResult]:
+    max_seconds = env.task.max_seconds if max_seconds is None else max_seconds
     if not (max_seconds > 0 and math.isfinite(max_seconds)):
         raise ValueError(f"max_seconds: must be a positive number, got {max_seconds}")
     wall0 = time.perf_counter()
@@ -218,15 +219,15 @@ def run_episode(
     env: Env,
     policy: Policy,
     start: StartState | None = None,
-    max_seconds: float = 60.0,
+    max_seconds: float | None = None,
     observers: Sequence[EpisodeObserver] = (),
     stop_on_success: bool = True,
     judge_every: float = 0.1,
     seed: int | None = None,
 ) -> EpisodeResult:
     """One episode of `policy` in `env` from `start` (None: drawn from the task's sampler with `seed`), for
-    at most `max_seconds` simulated s; success judged on ground truth every `judge_every` s (the episode ends
-    at the end of the chunk in which it succeeded, with `stop_on_success`)."""
+    at most `max_seconds` simulated s (None: the task's time limit); success judged on ground truth every
+    `judge_every` s (the episode ends at the end of the chunk in which it succeeded, with `stop_on_success`)."""
     return _episodes(env, policy, [start] if start else None, max_seconds, observers, stop_on_success,
                      judge_every, seed)[0]  # fmt: skip
 
@@ -235,7 +236,7 @@ def run_episodes(
     env: BatchEnv,
     policy: Policy,
     starts: Sequence[StartState] | None = None,
-    max_seconds: float = 60.0,
+    max_seconds: float | None = None,
     observers: Sequence[EpisodeObserver] = (),
     stop_on_success: bool = True,
     judge_every: float = 0.1,

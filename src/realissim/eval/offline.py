@@ -95,7 +95,7 @@ def evaluate_offline(
     policy: Policy,
     starts: Sequence[StartState],
     envs: int = 20,
-    max_seconds: float = 60.0,
+    max_seconds: float | None = None,
     config: EnvConfig = EnvConfig(),
     progress: bool = True,
     workers: int = 1,

@@ -37,11 +37,13 @@ from realissim.envs import Env, EnvConfig
 from realissim.envs.env import FrameInfo
 from realissim.eval.episode import EpisodeObserver, EpisodeResult, run_episode
 from realissim.eval.stats import agreement, wilson
-from realissim.eval.sync.metrics import DESYNC_M, LOSS_MIN_S, detector_score
+from realissim.eval.sync.metrics import LOSS_MIN_S, detector_score
 from realissim.policy.base import Policy
 from realissim.policy.factory import PolicyFactory
 from realissim.real.surrogate import Surrogate, SurrogateConfig, SurrogateError
+from realissim.real.surrogate.process import CAMERA_SIZE
 from realissim.runtime import RuntimeConfig, SupervisionConfig
+from realissim.runtime.desync import LOSS_DISTANCE
 from realissim.spec.state import StartState
 from realissim.tasks import Task
 from realissim.util.signals import ending, terminate_raises
@@ -191,7 +193,7 @@ def detector_summary(episodes: Sequence[OnlineEpisode]) -> dict[str, float | int
         found += int(score["oracle_episodes"])
         hits += int(score["hits"])
         false += int(score["false_alarms"])
-        in_sync_min += float(np.count_nonzero(errors <= DESYNC_M)) * float(np.median(np.diff(times))) / 60.0
+        in_sync_min += float(np.count_nonzero(errors <= LOSS_DISTANCE)) * float(np.median(np.diff(times))) / 60.0
         longest = max(longest, float(score["longest_silent_loss_s"]))
     return {
         "oracle_loss_episodes": found,
@@ -238,9 +240,9 @@ def evaluate_online(
     policy: Policy | PolicyFactory,
     starts: Sequence[StartState],
     trials: int = 1,
-    max_seconds: float = 60.0,
+    max_seconds: float | None = None,
     config: EnvConfig = EnvConfig(),
-    world: WorldFactory | SurrogateConfig = SurrogateConfig(camera_size=(160, 90)),
+    world: WorldFactory | SurrogateConfig = SurrogateConfig(camera_size=CAMERA_SIZE),
     observers: Sequence[EpisodeObserver] = (),
     progress: bool = True,
     journal: Path | None = None,
@@ -322,7 +324,7 @@ class _EpisodeRunner:
         policy: Policy,
         config: EnvConfig,
         make_world: WorldFactory,
-        max_seconds: float,
+        max_seconds: float | None,
         observers: Sequence[EpisodeObserver] = (),
     ) -> None:
         self.task, self.policy, self.config, self.make_world = task, policy, config, make_world
@@ -355,7 +357,7 @@ def _worker(
     task: Task,
     factory: PolicyFactory,
     starts: list[StartState],
-    max_seconds: float,
+    max_seconds: float | None,
     config: EnvConfig,
     world: SurrogateConfig,
     inbox: Any,
@@ -390,7 +392,7 @@ def _run_workers(
     factory: PolicyFactory,
     starts: list[StartState],
     todo: list[tuple[int, int]],
-    max_seconds: float,
+    max_seconds: float | None,
     config: EnvConfig,
     world: SurrogateConfig,
     workers: int,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -26,6 +26,7 @@ from realissim.envs import EnvConfig
 from realissim.eval.offline import OfflineReport, batches, evaluate_offline, write_report
 from realissim.eval.stats import compare_rankings
 from realissim.policy.factory import CheckpointPolicy, load_policy
+from realissim.real.surrogate.process import CAMERA_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +45,14 @@ def run_checkpoints(run: Path) -> list[tuple[int, Path]]:
 
 @dataclass(frozen=True)
 class SweepSettings:
-    """How each checkpoint is evaluated (part of the resume key: a change re-evaluates)."""
+    """How each checkpoint is evaluated (part of the resume key: a change re-evaluates). `starts`: a start set
+    ("<task>/<version>"; the task's "select" role, `Task.start_set_name`, keeps its test set clean);
+    `max_seconds` None: the task's time limit."""
 
-    starts: str = "pusht/select-v1"
+    starts: str
     limit: int | None = None
     envs: int = 20
-    max_seconds: float = 60.0
+    max_seconds: float | None = None
     replan_every: float | None = None
     steps: int | None = None
     seed: int = 0
@@ -79,7 +82,7 @@ def choose(rows: list[SweepRow]) -> SweepRow:
 
 def sweep_offline(
     run: Path,
-    settings: SweepSettings = SweepSettings(),
+    settings: SweepSettings,
     out: Path | None = None,
     threads: int = 1,
     ray_address: str | None = None,
@@ -97,6 +100,8 @@ def sweep_offline(
     starts = start_set(settings.starts)[: settings.limit]
     task_name = settings.starts.partition("/")[0]
     task = make(task_name)
+    if settings.max_seconds is None:  # (resolved before it keys the results: as written before it could be None)
+        settings = replace(settings, max_seconds=task.max_seconds)
     out = Path(out) if out is not None else Path(run) / "sweep" / settings.starts.replace("/", "_")
     key = asdict(settings)
 
@@ -201,12 +206,13 @@ def plot_sweep(
 
 @dataclass(frozen=True)
 class OnlineSweepSettings:
-    """How each checkpoint is evaluated online (part of the resume key)."""
+    """How each checkpoint is evaluated online (part of the resume key); as `SweepSettings` (the task's "online"
+    start set)."""
 
-    starts: str = "pusht/online-v1"
+    starts: str
     limit: int | None = None
     trials: int = 1
-    max_seconds: float = 60.0
+    max_seconds: float | None = None
     gap: str | None = None
     realtime: bool = False
     steps: int | None = None
@@ -230,7 +236,7 @@ def _row(step: int, path: Path, summary: dict) -> SweepRow:
 
 def sweep_online(
     run: Path,
-    settings: OnlineSweepSettings = OnlineSweepSettings(),
+    settings: OnlineSweepSettings,
     out: Path | None = None,
     threads: int = 1,
     workers: int = 1,
@@ -248,10 +254,12 @@ def sweep_online(
     checkpoints = run_checkpoints(run)
     starts = start_set(settings.starts)[: settings.limit]
     task = make(settings.starts.partition("/")[0])
+    if settings.max_seconds is None:  # (resolved before it keys the results)
+        settings = replace(settings, max_seconds=task.max_seconds)
     out = Path(out) if out is not None else Path(run) / "sweep" / ("online_" + settings.starts.replace("/", "_"))
     key = asdict(settings)
     world = SurrogateConfig(gap=Path(settings.gap) if settings.gap else None, seed=settings.seed,
-                            camera_size=(160, 90), mode="realtime" if settings.realtime else "lockstep")  # fmt: skip
+                            camera_size=CAMERA_SIZE, mode="realtime" if settings.realtime else "lockstep")  # fmt: skip
     rows = []
     for i, (step, path) in enumerate(checkpoints):
         folder = out / f"step_{step:07d}"

@@ -1,1 +1,2 @@
-"""Demonstrators: scripted pusher motions (and later planning experts and teleoperation)."""
+"""Demonstrators: scripted pusher motions, random pushes, the PushT expert; `registry.make_expert` finds a task's expert
+by the task's own declaration."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -184,6 +184,11 @@ class PushTExpert:
         self.pushes: list[Push] = []
         """The pushes executed in the current episode."""
         self.reset()
+
+    @classmethod
+    def with_settings(cls, scene: SceneSpec, **settings: object) -> PushTExpert:
+        """The expert for `scene` with these `PushTExpertConfig` fields changed (the task's `expert` entry)."""
+        return cls(scene, replace(PushTExpertConfig(), **settings))  # type: ignore[arg-type]
 
     # -- policy ---------------------------------------------------------------------------------------------
 

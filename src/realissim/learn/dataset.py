@@ -43,10 +43,10 @@ class ChunkSamples:
         return len(self.actions)
 
 
-def chunk_targets(time: np.ndarray, q_cmd: np.ndarray, progress: np.ndarray, horizon: float, m: int) -> np.ndarray:
-    """(T, m, J + 1) float32: q_cmd (T, J) and progress (T,) at time[k] + (i + 1)·horizon/m, linear in `time`
+def chunk_targets(time: np.ndarray, q_des: np.ndarray, progress: np.ndarray, horizon: float, m: int) -> np.ndarray:
+    """(T, m, J + 1) float32: q_des (T, J) and progress (T,) at time[k] + (i + 1)·horizon/m, linear in `time`
     (T,) s, held at the last frame's values beyond it."""
-    values = np.concatenate([q_cmd, progress[:, None]], axis=1).astype(np.float64)
+    values = np.concatenate([q_des, progress[:, None]], axis=1).astype(np.float64)
     query = time[:, None] + np.arange(1, m + 1) * (horizon / m)  # (T, m)
     out = np.stack([np.interp(query, time, values[:, d]) for d in range(values.shape[1])], axis=-1)
     return out.astype(np.float32)
@@ -72,9 +72,9 @@ def build_samples(
     actions, reference, owner, keep = [], [], [], []
     for info in episodes:
         a = dataset.arrays(info.index)
-        time, q_cmd = a["time"][...], a["q_cmd"][...]
-        actions.append(chunk_targets(time, q_cmd, a["progress"][...], horizon, m))
-        reference.append(q_cmd.astype(np.float32))
+        time, q_des = a["time"][...], a["q_des"][...]
+        actions.append(chunk_targets(time, q_des, a["progress"][...], horizon, m))
+        reference.append(q_des.astype(np.float32))
         owner.append(np.full(info.length, info.index, dtype=np.int64))
         keep.append(~disturbance_mask(time, info.extra.get(DISTURBANCES_KEY, ()), horizon))
     joints = len(dataset.meta.joint_names)

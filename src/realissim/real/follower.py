@@ -41,7 +41,7 @@ import ruckig
 from numpy.typing import ArrayLike
 
 from realissim.real.interfaces import Robot, RobotDescription
-from realissim.twin.physics import PhysicsConfig
+from realissim.twin.physics import FRAME_RATE
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class RuckigFailedError(RuntimeError):
 class FollowerConfig:
     """How the follower streams targets to the robot."""
 
-    dt: float = 1.0 / PhysicsConfig().fps
+    dt: float = 1.0 / FRAME_RATE
     """Command period, s: the time between calls to `step`, each bringing a new twin frame (default: the twin's
     frame period)."""
     max_jump: float = 0.5

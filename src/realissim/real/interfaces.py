@@ -109,7 +109,7 @@ class Robot(ABC):
         """The latest measured joint state."""
 
     @abstractmethod
-    def command(self, q_target: ArrayLike) -> np.ndarray:
+    def command(self, q: ArrayLike) -> np.ndarray:
         """Stream one joint position target (7,) rad; returns the target actually sent (after clipping
         to the joint limits). Targets must be smooth: use the follower, never raw steps."""
 
@@ -191,6 +191,12 @@ class RealWorld(ABC):
     @abstractmethod
     def lockstep(self) -> bool:
         """Whether the caller advances the world (`step`) rather than the wall clock."""
+
+    @property
+    @abstractmethod
+    def frame_period(self) -> float:
+        """s between two camera frames (a lock-step world: one `step()`). The runtime refuses a world whose period
+        is not the twin's frame."""
 
     @abstractmethod
     def start(self) -> RealWorld:

@@ -18,7 +18,7 @@ from realissim.estimate.placement import PlacementConfig
 from realissim.estimate.search import SearchConfig
 from realissim.estimate.sighting import SightingConfig
 from realissim.real.follower import FollowerConfig
-from realissim.runtime.desync import DesyncConfig
+from realissim.runtime.desync import LOSS_DISTANCE, DesyncConfig
 from realissim.twin.physics import PhysicsConfig
 from realissim.views.shadows import ShadowFitConfig
 
@@ -83,7 +83,7 @@ class SupervisionConfig:
     confirm_fraction: float = 0.9
     """The twin's object is moved only when its pose explains less than this fraction of what the found pose
     explains (loss removed from the object-absent loss); else the search confirms the twin's pose."""
-    alarm_check: float | None = 0.02
+    alarm_check: float | None = LOSS_DISTANCE
     """Before the detector fires, the search looks for the objects in this frame's images: when it finds every
     object within this distance of the twin's (m, planar) and within `alarm_check_yaw`, the evidence came from a
     near-loss the correction is still following and no alarm is raised (`DesyncDetector.update(check=…)`). An

@@ -23,55 +23,81 @@ once the overlap is back above its threshold.
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
+from realissim.twin.physics import FRAME_RATE
+
 log = logging.getLogger(__name__)
+
+LOSS_DISTANCE = 0.02
+"""m: an object of the twin more than this from the real one (planar) is lost: what the detector's sighting
+fires on, what the search's alarm check vetoes within, and what the oracle's sync metrics count as a loss."""
 
 
 @dataclass(frozen=True)
 class DesyncConfig:
-    """Thresholds of the desync detector."""
+    """Thresholds of the desync detector; its times are in seconds (the detector counts them in the frames it is
+    fed: `DesyncCounts`)."""
 
-    warmup: int = 60
-    """Frames used to learn the baseline residual before the detector can fire."""
+    warmup_s: float = 1.0
+    """In-sync residuals learnt as the baseline before the detector can fire, s."""
     rise: float = 3.0
     """Fire when the residual exceeds this multiple of its baseline ..."""
-    frames: int = 20
-    """... for this many consecutive frames (or the force is saturated, with the sighting not agreeing, for as
-    many)."""
+    fire_s: float = 1.0 / 3.0
+    """... for this long (or the force is saturated, with the sighting not agreeing, as long), s."""
     recover: float = 1.5
-    """Re-arm once the residual has been below this multiple of the baseline for `frames` frames."""
-    baseline_window: int = 300
-    """Frames of in-sync residuals the baseline (their median) is taken over."""
-    sight_distance: float = 0.02
-    """The seen object counts as elsewhere when it stands more than this from the twin's, m ..."""
-    sight_frames: int = 6
-    """... for this many consecutive frames (0.1 s at 60 Hz): fire."""
+    """Re-arm once the residual has been below this multiple of the baseline for `fire_s`."""
+    baseline_s: float = 5.0
+    """In-sync residuals the baseline (their median) is taken over, s."""
+    sight_distance: float = LOSS_DISTANCE
+    """The seen object counts as elsewhere when it stands more than this from the twin's, m (a loss's distance,
+    `LOSS_DISTANCE`) ..."""
+    sight_s: float = 0.1
+    """... for this long: fire, s."""
     min_overlap: float = 0.0
     """The seen object's shape disagrees with the twin's when their overlap (IoU, mean over the cameras) is below
     this (0: not used) ..."""
     overlap_drop: float = 0.75
     """... or below this × its in-sync baseline (the median overlap of the frames the residual's baseline learns
     from, less those already halfway down to this threshold; 0: not used). The sighting's centroids miss a fast
-    turn about the object's middle, the overlap does not: in sync it sits at 0.66–0.82 (shadows lower it), lost
-    at 0.37–0.61 (docs/decisions.md) ..."""
-    overlap_frames: int = 6
-    """... for this many consecutive frames: fire."""
+    turn about the object's middle, the overlap does not (docs/decisions.md, "The shape overlap") ..."""
+    overlap_s: float = 0.1
+    """... for this long: fire, s."""
 
-    def per_corrected_frame(self, every: int) -> DesyncConfig:
-        """This config with its frame counts divided by `every` (rounded up, at least 1), for a detector fed on
-        one frame in `every` (`RuntimeConfig.correct_every`): the same times in seconds."""
-        if every == 1:
-            return self
-        return replace(self, **{n: max(1, -(-getattr(self, n) // every)) for n in _FRAME_COUNTS})
+    def __post_init__(self) -> None:
+        for name in ("warmup_s", "fire_s", "baseline_s", "sight_s", "overlap_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be > 0 s, got {getattr(self, name)}")
+
+    def counts(self, frame_dt: float) -> DesyncCounts:
+        """The detector's frame counts when it is fed one frame every `frame_dt` s: each time over `frame_dt`,
+        rounded up (at least 1; a time that is a whole number of frames, to float rounding, is that number)."""
+        if not frame_dt > 0:
+            raise ValueError(f"frame_dt: must be > 0 s, got {frame_dt}")
+
+        def frames(seconds: float) -> int:
+            return max(1, math.ceil(round(seconds / frame_dt, 6)))
+
+        return DesyncCounts(frames(self.warmup_s), frames(self.fire_s), frames(self.baseline_s),
+                            frames(self.sight_s), frames(self.overlap_s))  # fmt: skip
 
 
-_FRAME_COUNTS = ("warmup", "frames", "baseline_window", "sight_frames", "overlap_frames")
-"""The fields of `DesyncConfig` counted in frames."""
+@dataclass(frozen=True)
+class DesyncCounts:
+    """`DesyncConfig`'s times as counts of the frames the detector is fed."""
+
+    warmup: int
+    frames: int
+    """Consecutive frames of high residual (or unconfirmed saturated force) that fire; of low ones that re-arm."""
+    baseline_window: int
+    sight_frames: int
+    overlap_frames: int
+
 
 _REASONS = ("residual", "visual force", "sighting distance", "shape overlap")
 """The ways the detector fires, as its log names them (in `update`'s order)."""
@@ -80,10 +106,14 @@ _REASONS = ("residual", "visual force", "sighting distance", "shape overlap")
 class DesyncDetector:
     """Feed it every frame's residual and force; `desynced` says whether the twin is out of sync."""
 
-    def __init__(self, config: DesyncConfig = DesyncConfig()) -> None:
+    def __init__(self, config: DesyncConfig = DesyncConfig(), frame_dt: float = 1.0 / FRAME_RATE) -> None:
+        """`frame_dt`: the period of the frames it is fed, s (a runtime correcting every n-th frame feeds one
+        frame in n: n × the physics frame)."""
         self.config = config
-        self._baseline: deque[float] = deque(maxlen=config.baseline_window)
-        self._overlaps: deque[float] = deque(maxlen=config.baseline_window)
+        self.counts = config.counts(frame_dt)
+        """The config's times in frames of `frame_dt`."""
+        self._baseline: deque[float] = deque(maxlen=self.counts.baseline_window)
+        self._overlaps: deque[float] = deque(maxlen=self.counts.baseline_window)
         self._high = self._pulled = self._low = self._away = self._skewed = 0
         self.desynced = False
         self._confirmed = False
@@ -96,8 +126,8 @@ class DesyncDetector:
         """Frames at which the evidence would have fired but the check given to `update` found the twin right."""
         self._frame = 0
         self._floor = self._overlap_floor = 0.0
-        self._recent: deque[float] = deque(maxlen=config.frames)
-        self._recent_overlap: deque[float] = deque(maxlen=config.frames)
+        self._recent: deque[float] = deque(maxlen=self.counts.frames)
+        self._recent_overlap: deque[float] = deque(maxlen=self.counts.frames)
 
     def restart(self) -> None:
         """A new episode: in sync, no events, counters cleared; the learned baseline (a property of the cameras
@@ -124,9 +154,9 @@ class DesyncDetector:
         counts, each over the count that fires it (0: no evidence; ≥ 1 fires). 0 while out of sync."""
         if self.desynced:
             return 0.0
-        cfg = self.config
-        return max(self._high / cfg.frames, self._pulled / cfg.frames, self._away / cfg.sight_frames,
-                   self._skewed / cfg.overlap_frames)  # fmt: skip
+        n = self.counts
+        return max(self._high / n.frames, self._pulled / n.frames, self._away / n.sight_frames,
+                   self._skewed / n.overlap_frames)  # fmt: skip
 
     def clear(self) -> None:
         """In sync: the twin's objects were just put where the images show them (an early search,
@@ -138,12 +168,12 @@ class DesyncDetector:
     @property
     def baseline(self) -> float:
         """The median in-sync residual (inf during warm-up)."""
-        return float(np.median(self._baseline)) if len(self._baseline) >= self.config.warmup else float("inf")
+        return float(np.median(self._baseline)) if len(self._baseline) >= self.counts.warmup else float("inf")
 
     @property
     def overlap_baseline(self) -> float:
         """The median in-sync shape overlap (NaN until `warmup` frames with a measured overlap)."""
-        return float(np.median(self._overlaps)) if len(self._overlaps) >= self.config.warmup else float("nan")
+        return float(np.median(self._overlaps)) if len(self._overlaps) >= self.counts.warmup else float("nan")
 
     @property
     def floor(self) -> float:
@@ -197,11 +227,12 @@ class DesyncDetector:
         self._away = self._away + 1 if away else 0
         self._skewed = self._skewed + 1 if skewed else 0
         self._low = self._low + 1 if low else 0
+        n = self.counts
         hits = (
-            self._high >= cfg.frames,
-            self._pulled >= cfg.frames,
-            self._away >= cfg.sight_frames,
-            self._skewed >= cfg.overlap_frames,
+            self._high >= n.frames,
+            self._pulled >= n.frames,
+            self._away >= n.sight_frames,
+            self._skewed >= n.overlap_frames,
         )
         vetoed = not self.desynced and any(hits) and check is not None and not check()
         if vetoed:
@@ -215,7 +246,7 @@ class DesyncDetector:
             why = [name for name, hit in zip(_REASONS, hits, strict=True) if hit]
             log.info("desync fired at frame %d (%s): residual %.3g (baseline %.3g), seen %.1f mm away, overlap %.2f",
                      self._frame, ", ".join(why), residual, base, 1e3 * d, o)  # fmt: skip
-        elif self.desynced and self._low >= cfg.frames:
+        elif self.desynced and self._low >= n.frames:
             if self._confirmed and not residual < cfg.recover * base:
                 # Re-armed on the search's and the sighting's word, not the residual's: its level now is what
                 # in sync looks like here.
@@ -229,7 +260,7 @@ class DesyncDetector:
             self.desynced = self._confirmed = False
             self._high = self._pulled = self._away = self._skewed = 0
             self.events.append((self._frame, "re-armed"))
-        warming = len(self._baseline) < cfg.warmup
+        warming = len(self._baseline) < n.warmup
         if not self.desynced and not high and agrees and (warming or residual < cfg.recover * base):
             self._baseline.append(float(residual))
             if np.isfinite(o) and (warming or not o < 0.5 * (1.0 + cfg.overlap_drop) * self.overlap_baseline):

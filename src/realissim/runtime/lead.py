@@ -8,7 +8,7 @@ correction has to fight the twin's own contact to keep them with the real ones: 
 scenario, the tip led by up to 70 mm and the T's largest losses came with those leads (docs/decisions.md,
 "The lead bound").
 
-`LeadBound.bound(q_target, q_previous, q_real)` shortens each frame's step of the twin's desired joints (from
+`LeadBound.bound(q_des, q_previous, q_real)` shortens each frame's step of the twin's desired joints (from
 the last frame's towards the policy's) so that the desired tip stays within `max_lead` of the real arm's measured
 tip. The twin arm still moves as the policy asks while the real arm keeps up; when it does not, the twin waits
 for it. The desired joints never jump back towards the real arm: an early version that projected them onto the
@@ -101,31 +101,31 @@ class LeadBound:
         mujoco.mj_kinematics(self.model, d)
         return d.site_xpos[self._site].copy()
 
-    def bound(self, q_target: ArrayLike, q_previous: ArrayLike, q_real: ArrayLike) -> tuple[np.ndarray, float]:
+    def bound(self, q_des: ArrayLike, q_previous: ArrayLike, q_real: ArrayLike) -> tuple[np.ndarray, float]:
         """The desired joints (J,) rad to set this frame: the furthest point from q_previous (the twin's current
-        desired joints) towards q_target whose tip leads the tip at q_real (the real arm's measured joints) by at
+        desired joints) towards q_des whose tip leads the tip at q_real (the real arm's measured joints) by at
         most `max_lead` m — or, when q_previous already leads by more (the real arm fell behind), by no more than
         q_previous does. So the desired joints never jump back towards the real arm (no jerk for the twin's
-        servos), and a step that closes the lead is always taken. Also returns the lead of q_target itself, m.
-        With `path_frames`, q_target joins the targets not reached yet and the step goes along them, in order,
-        instead of straight towards q_target. All arrays (J,) rad must be finite."""
-        q_target, q_previous, q_real = (np.asarray(q, dtype=np.float64) for q in (q_target, q_previous, q_real))
-        if not all(np.all(np.isfinite(q)) for q in (q_target, q_previous, q_real)):
+        servos), and a step that closes the lead is always taken. Also returns the lead of q_des itself, m.
+        With `path_frames`, q_des joins the targets not reached yet and the step goes along them, in order,
+        instead of straight towards q_des. All arrays (J,) rad must be finite."""
+        q_des, q_previous, q_real = (np.asarray(q, dtype=np.float64) for q in (q_des, q_previous, q_real))
+        if not all(np.all(np.isfinite(q)) for q in (q_des, q_previous, q_real)):
             raise ValueError("lead bound: joint arrays must be finite")
         real = self.tip(q_real)
-        lead = self._lead(q_target, real)
+        lead = self._lead(q_des, real)
         moved = 0.0 if self._real_before is None else float(np.linalg.norm(real - self._real_before))
         self._real_before = real
         base = self.max_lead + self.lag_frames * moved
         if self.path_frames is None and lead <= base:  # the common case: no further kinematics this frame
-            return q_target, lead
+            return q_des, lead
         allowed = max(base, self._lead(q_previous, real))
         if self.path_frames is None:
             if lead <= allowed:
-                return q_target, lead
-            return self._advance(q_previous, q_target, real, allowed)[0], lead
-        if not self._path or not np.array_equal(self._path[-1], q_target):
-            self._path.append(q_target.copy())
+                return q_des, lead
+            return self._advance(q_previous, q_des, real, allowed)[0], lead
+        if not self._path or not np.array_equal(self._path[-1], q_des):
+            self._path.append(q_des.copy())
         while len(self._path) > self.path_frames:
             self._path.popleft()
         if self._stalled >= self.STALL_FRAMES:  # the real arm does not close on the path: go for the latest

@@ -11,6 +11,7 @@ hardware); offline is both off, with no real world at all. The frame period is t
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, replace
 
@@ -77,6 +78,11 @@ class Runtime:
             raise ValueError("follow/correct need a real world: pass a started RealWorld, or switch both off")
         self.scene, self.config, self.world = scene, config, world
         self.twin = TwinPhysics(scene, config.physics)
+        if world is not None and not math.isclose(world.frame_period, self.twin.dt, rel_tol=1e-9):
+            raise ValueError(
+                f"the world's frame period ({world.frame_period:.6g} s) is not the twin's ({self.twin.dt:.6g} s, "
+                f"PhysicsConfig.fps = {config.physics.fps:g}): give the world the twin's frame rate"
+            )
         self.correction: VisualCorrection | None = None
         self.supervisor: Supervisor | None = None
         if config.correct:

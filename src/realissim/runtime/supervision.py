@@ -84,7 +84,7 @@ class Supervisor:
 
     def __init__(self, views: TwinViews, twin: TwinPhysics, config: SupervisionConfig, correct_every: int) -> None:
         self.config, self.twin = config, twin
-        self.detector = DesyncDetector(config.desync.per_corrected_frame(correct_every))
+        self.detector = DesyncDetector(config.desync, frame_dt=twin.dt * correct_every)
         self.sighting = Sighting(views, twin.model, config.sighting)
         self.search: ObjectSearch | None = (
             ObjectSearch(views, twin.model, config.search, self.sighting) if config.reacquire else None

@@ -81,13 +81,28 @@ class StartSetFile:
 class Task(ABC, Generic[ConfigT]):
     """A task: `scene`, `goal`, a seeded start sampler, named start sets, and `evaluate` of object poses.
 
-    Subclasses declare `name`, `config_type` (a frozen dataclass whose fields `make` overrides) and
-    `start_sets`, and implement `_build_scene`, `propose_start`, `reject_reason` and `evaluate`.
+    Subclasses declare `name`, `config_type` (a frozen dataclass whose fields `make` overrides), `start_sets`,
+    their roles and time limit, and their expert, and implement `_build_scene`, `propose_start`, `reject_reason`
+    and `evaluate`.
     """
 
     name: ClassVar[str]
     config_type: ClassVar[type[Any]]
     start_sets: ClassVar[Mapping[str, StartSetSpec]] = {}
+    roles: ClassVar[Mapping[str, str]] = {}
+    """The start set (a version in `start_sets`) for each use: "test" (the offline score), "online" (the online
+    score), "select" (choosing checkpoints and settings, so that "test" stays a clean test)."""
+    max_seconds: ClassVar[float]
+    """The time limit of one episode, simulated s."""
+    expert: ClassVar[str | None] = None
+    """The task's expert, as "module:attribute" of a callable (scene, **settings) → Policy (`expert.make_expert`);
+    None: the task has none. (A string: the tasks sit below the experts in the layers.)"""
+
+    def start_set_name(self, role: str) -> str:
+        """The full name ("<task>/<version>") of the start set for `role`; KeyError naming the roles."""
+        if role not in self.roles:
+            raise KeyError(f"task {self.name!r}: no start set for {role!r} (roles: {', '.join(self.roles)})")
+        return f"{self.name}/{self.roles[role]}"
 
     def __init__(self, config: ConfigT) -> None:
         self.config = config

@@ -300,6 +300,9 @@ class PushTTask(Task[PushTTaskConfig]):
         "online-v1": StartSetSpec(count=20, seed=20261202),
         "select-v1": StartSetSpec(count=50, seed=20261203),
     }
+    roles: ClassVar[Mapping[str, str]] = {"test": "eval-v1", "online": "online-v1", "select": "select-v1"}
+    max_seconds: ClassVar[float] = 60.0
+    expert: ClassVar[str | None] = "realissim.expert.pusht:PushTExpert.with_settings"
 
     def __init__(self, config: PushTTaskConfig = PushTTaskConfig()) -> None:
         super().__init__(config)

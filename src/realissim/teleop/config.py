@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from realissim.real.surrogate.process import CAMERA_SIZE
+
 
 @dataclass(frozen=True)
 class TeleopConfig:
@@ -35,7 +37,7 @@ class TeleopConfig:
     """Height of the tip centre above the table while pushing, m (the target's z is held there)."""
     view_camera: str | None = None
     """The scene camera whose Gaussian render of the twin is shown (None: the scene's first camera)."""
-    image_size: tuple[int, int] = (160, 90)
+    image_size: tuple[int, int] = CAMERA_SIZE
     """Size of the shown twin render and, online, of the real camera images, px (width, height)."""
     scene_hz: float = 30.0
     """Rate of the 3D twin's pose updates in the page, Hz."""

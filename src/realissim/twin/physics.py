@@ -26,11 +26,16 @@ from realissim.twin.state import TwinLayout, TwinState, read_state, write_state
 STATE_SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
+FRAME_RATE = 60.0
+"""Frames per second of the twin (and so of the loop, the follower and a simulated world), unless configured:
+the paper's 60 Hz. Everything else is given the frame period it runs at, or defaults to this."""
+
+
 @dataclass(frozen=True)
 class PhysicsConfig:
     """Frame rate, substeps and servo gains of the twin's physics."""
 
-    fps: float = 60.0
+    fps: float = FRAME_RATE
     """Frames per second; one `step()` advances 1/fps s."""
     substeps: int = 4
     """Physics steps per frame (timestep = 1 / (fps · substeps))."""

@@ -9,6 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from realissim.geometry import quat_to_mat
+from realissim.runtime.desync import LOSS_DISTANCE
 
 RECOVERED_M = 0.005
 """An object counts as re-converged once its position error stays below this, m."""
@@ -80,8 +81,6 @@ class SyncRecorder:
         return out
 
 
-DESYNC_M = 0.02
-"""The oracle calls the twin out of sync when an object's position error exceeds this, m."""
 LOSS_MIN_S = 0.25
 """An oracle desync episode must last longer than this, s, and the detector must fire within it of its start."""
 YAW_LOST_RAD = math.radians(10.0)
@@ -99,7 +98,7 @@ def detector_score(
     times: np.ndarray,
     pos_err: np.ndarray,
     desynced: np.ndarray,
-    threshold: float = DESYNC_M,
+    threshold: float = LOSS_DISTANCE,
     min_duration: float = 0.0,
     within: float | None = None,
     yaw_err: np.ndarray | None = None,
@@ -166,7 +165,7 @@ def fault_outcome(
     desynced: np.ndarray,
     start: float,
     end: float,
-    threshold: float = DESYNC_M,
+    threshold: float = LOSS_DISTANCE,
     grace: float = 1.0,
 ) -> dict[str, float | int | str]:
     """What a fault lasting [start, end) s did, judged over it and the `grace` s after it (evaluation only).

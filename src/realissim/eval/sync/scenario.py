@@ -27,6 +27,7 @@ from realissim.expert.random_pushes import RandomPushes, RandomPushesConfig, lif
 from realissim.expert.scripted import ScriptedPush
 from realissim.policy.base import Observation
 from realissim.real.surrogate import Disturbance, Surrogate, SurrogateConfig
+from realissim.real.surrogate.process import CAMERA_SIZE
 from realissim.runtime.config import RuntimeConfig
 from realissim.spec.state import StartState
 from realissim.tasks import Task
@@ -52,7 +53,7 @@ class ScenarioConfig:
     """When the unseen hand moves the T, s."""
     hand_push: tuple[float, float, float] | None = (0.0, 0.05, 0.0)
     """How far the hand moves the T, world frame, m (None: no hand)."""
-    camera_size: tuple[int, int] = (160, 90)
+    camera_size: tuple[int, int] = CAMERA_SIZE
     """Real camera image size, px."""
     gap: Path | None = None
     """Reality-gap profile JSON (None: the default)."""

@@ -18,6 +18,7 @@ from realissim.real.surrogate.gap import (
     save_gap,
 )
 from realissim.real.surrogate.process import (
+    CAMERA_SIZE,
     Surrogate,
     SurrogateConfig,
     SurrogateDiedError,
@@ -26,6 +27,7 @@ from realissim.real.surrogate.process import (
 )
 
 __all__ = [
+    "CAMERA_SIZE",
     "DEFAULT_GAP_PATH",
     "ArmGap",
     "CameraGap",

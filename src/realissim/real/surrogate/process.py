@@ -50,10 +50,14 @@ from realissim.spec.board import DotBoard
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
-from realissim.twin.physics import PhysicsConfig
+from realissim.twin.physics import FRAME_RATE
 from realissim.util.threads import one_thread_per_pool
 
 log = logging.getLogger(__name__)
+
+CAMERA_SIZE = (160, 90)
+"""px (width, height): the size the surrogate's cameras render at wherever the loop runs against it (the demos,
+collection, evaluation, the sync scenarios, teleoperation): the correction's cost grows with the pixels."""
 
 
 class SurrogateError(RuntimeError):
@@ -78,7 +82,7 @@ class SurrogateConfig:
     """Seed of everything random in the world (noise, disturbances)."""
     mode: Literal["lockstep", "realtime"] = "lockstep"
     """Lock-step (caller advances frames) or real-time (wall clock)."""
-    fps: float = PhysicsConfig().fps
+    fps: float = FRAME_RATE
     """Camera frame rate, Hz: one lock-step `step()` is 1/fps s (default: the twin's, so frames pair up)."""
     camera_size: tuple[int, int] | None = None
     """Render every camera at (width, height) px instead of the scene's size."""
@@ -192,6 +196,11 @@ class Surrogate(RealWorld):
     def lockstep(self) -> bool:
         """Whether the caller advances frames (`step`)."""
         return self.config.mode == "lockstep"
+
+    @property
+    def frame_period(self) -> float:
+        """1 / `SurrogateConfig.fps`, s."""
+        return 1.0 / self.config.fps
 
     @property
     def pid(self) -> int | None:
@@ -318,10 +327,10 @@ class SurrogateRobot(Robot):
         block = self._owner.read_block("robot")
         return JointState(stamp=float(block["stamp"]), q=block["q"], qd=block["qd"])
 
-    def command(self, q_target: ArrayLike) -> np.ndarray:
-        q = np.asarray(q_target, dtype=np.float64)
+    def command(self, q: ArrayLike) -> np.ndarray:
+        q = np.asarray(q, dtype=np.float64)
         if q.shape != (self.description.dof,) or not np.all(np.isfinite(q)):
-            raise ValueError(f"q_target: expected {self.description.dof} finite values, got {q!r}")
+            raise ValueError(f"command: expected {self.description.dof} finite values, got {q!r}")
         sent = np.clip(q, self.description.q_lower, self.description.q_upper)
         self.clipped = sent != q
         self._count += 1

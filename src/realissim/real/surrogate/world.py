@@ -51,7 +51,7 @@ from realissim.spec.board import DotBoard
 from realissim.spec.errors import SpecError
 from realissim.spec.scene import SceneSpec
 from realissim.spec.state import StartState
-from realissim.twin.physics import PhysicsConfig
+from realissim.twin.physics import FRAME_RATE
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class SurrogateWorld:
         seed: int = 0,
         camera_size: tuple[int, int] | None = None,
         render: bool = True,
-        fps: float = PhysicsConfig().fps,
+        fps: float = FRAME_RATE,
         board: DotBoard | None = DotBoard(),
     ) -> None:
         if not (fps > 0 and math.isfinite(fps)):
@@ -254,10 +254,10 @@ class SurrogateWorld:
         """World time, s (a whole number of control ticks)."""
         return self._tick * self.control_dt
 
-    def command(self, q_target: ArrayLike) -> np.ndarray:
+    def command(self, q: ArrayLike) -> np.ndarray:
         """Send a joint position target (J,) rad, acted on after the latency; returns it clipped to the joint
         limits. Raises ValueError for a wrong shape or a non-finite value."""
-        q = np.array(q_target, dtype=np.float64)
+        q = np.array(q, dtype=np.float64)
         if q.shape != self._q_lower.shape:
             raise ValueError(f"joint target must have shape {self._q_lower.shape}, got {q.shape}")
         bad = np.flatnonzero(~np.isfinite(q))
