@@ -56,7 +56,9 @@ def test_a_failed_surrogate_ends_its_episode_as_an_error_and_a_fresh_one_carries
         return worlds[-1]
 
     sabotage = Sabotage(worlds, episode=1, frame=20, sig=sig)
-    report = evaluate_online(task, HoldStill(), starts, 3, 1.0, world=world, observers=[sabotage], progress=False)
+    following = EnvConfig(runtime=RuntimeConfig(correct=False))  # (what fails is the world: the twin need not see it)
+    report = evaluate_online(task, HoldStill(), starts, 3, 1.0, following, world=world, observers=[sabotage],
+                             progress=False)  # fmt: skip
     errors = [e.error for e in report.episodes]
     assert errors[0] is None and errors[2] is None  # the episode before is kept, the one after runs
     expected = "SurrogateDiedError" if sig == signal.SIGKILL else "SurrogateHungError"
@@ -76,7 +78,8 @@ def test_online_a_start_on_the_goal_succeeds_one_held_off_it_never_does_and_a_li
     on_goal = StartState.from_arrays(np.asarray(goal.pos)[None], np.asarray(goal.quat)[None],
                                      np.asarray(task.scene.robot.home))  # fmt: skip
     starts = [on_goal, *near_goal_starts(task, [(-0.03, 0.03, -0.4)])]
-    report = evaluate_online(task, HoldStill(1.0), starts, 1, 1.0, progress=False)
+    following = EnvConfig(runtime=RuntimeConfig(correct=False))  # (judged on the oracle: the twin need not see)
+    report = evaluate_online(task, HoldStill(1.0), starts, 1, 1.0, following, progress=False)
     assert [e.result.success for e in report.episodes if e.result is not None] == [True, False]
     summary = report.summary()
     assert summary["success"] == 0.5 and summary["errors"] == 0 and summary["progress_success"] == 1.0

@@ -37,8 +37,8 @@ class ColorFitConfig:
     """Adam learning rate on the colour logits."""
     fill_unseen: bool = False
     """Leave the Gaussians the cameras do not see out of the fit and give them their neighbours' colours (below).
-    Off by default: it removes the ghost and lowered the static error around the goal (2.5 → 1.6 mm median), but
-    a scripted push corrected every other frame then ended 16.6 mm off instead of 0.9 (docs/decisions.md)."""
+    Off by default: it helped at rest but threw a push corrected every other frame far off (docs/decisions.md,
+    "The static bias")."""
     min_coverage: float = 0.25
     """With `fill_unseen`: a Gaussian whose summed blending weight over the cameras' pixels is below this is not
     seen (hidden behind others at the calibration pose): its colour is not fitted (Adam would take full steps on
@@ -46,8 +46,8 @@ class ColorFitConfig:
     smooth: float = 0.0
     """Weight of a smoothness penalty on the objects' colours: the mean squared colour difference between each
     object Gaussian and its `neighbours` nearest on the same face (same body, normals within ~25°), added to the
-    photometric L2 (0: none). Off by default: measured, 0.01 lowered the static error away from the calibration pose
-    (6.6 → 3.0 mm median) but lost the T under contact (docs/decisions.md, "The static bias")."""
+    photometric L2 (0: none). Off by default: it helped at rest but lost the T under contact (docs/decisions.md,
+    "The static bias")."""
     neighbours: int = 6
     """With `smooth`: neighbours per Gaussian in the penalty."""
     smooth_edges: bool = False

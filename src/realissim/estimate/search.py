@@ -71,49 +71,40 @@ class SearchConfig:
     min_hue: float = 0.5
     """The object's Gaussians whose colour has less than this fraction of the object's reference saturation along
     its hue are left out of the renders: the colour fit turns some edge Gaussians cyan or grey to cancel their
-    neighbours' bleed at the calibration pose, which is wrong once the object has turned (PushT, 20 searches:
-    mean position error 6.3 → 5.3 mm, worst yaw error 5.5° → 3.0°)."""
+    neighbours' bleed at the calibration pose, which is wrong once the object has turned (measured:
+    docs/decisions.md)."""
     compare: Literal["chromaticity", "intensity"] = "chromaticity"
     """What the score compares, pixel by pixel, after the exposure gain: "chromaticity" each pixel's colour divided
     by its brightness (r, g, b) / (r + g + b + `chroma_floor`), which a shadow or a shading the twin does not
-    render leaves nearly unchanged; "intensity" the colours themselves. PushT, 6 searches under the held arm's
-    shadow (sweep profile 05, measured before the twin rendered shadows, its ground keeping the colours fitted at
-    calibration, the arm's shadow of that moment included): intensity 28 mm, 112° off; chromaticity 2.5 mm,
-    1.2°."""
+    render leaves nearly unchanged; "intensity" the colours themselves, which a T in the arm's shadow misleads
+    (docs/decisions.md, "The search compares chromaticity")."""
     chroma_floor: float = 0.2
     """Added to a pixel's brightness (r + g + b, 0–3) before dividing: dark pixels, whose colour is mostly noise,
-    weigh less (0.05: 3.4 mm, 1.6° on the 6 searches above)."""
+    weigh less."""
     loss: Literal["l2", "l1", "huber"] = "huber"
     """Photometric loss of the score, per pixel and channel, averaged over the window."""
     huber_delta: float = 0.1
     """Huber's δ (in the compared units; intensity: 1 = full scale): the ground's texture residuals stay quadratic,
-    the object's (≈ 0.4) turn linear. Chosen comparing intensity: PushT, 20 searches, mean / worst position
-    error, worst yaw error, worst score over the twin's: L2 5.8 / 10.2 mm, 5.5°, 0.38; δ 0.01 (the correction's)
-    5.2 / 9.5 mm, 3.0°, 0.68; δ 0.1 5.3 / 9.7 mm, 3.0°, 0.53."""
+    the object's (≈ 0.4) turn linear (measured: docs/decisions.md)."""
     min_explained: float = 0.05
     """The found pose must lower the window's loss at least by this fraction of the loss with the object absent
-    (rendered nowhere), or the search reports that it found nothing reliable. PushT, comparing chromaticity:
-    0.47–0.54 when found with the default gap, 0.31–0.32 found right (2–4 mm) in the arm's shadow (profile 05),
-    0.30–0.39 under a synthetic shadow over half the images. Comparing intensity: ≥ 0.31, 0.08 under shadows
-    (0.15 held the arm for 12 s there), −1.2 for a T "seen" in the table."""
+    (rendered nowhere), or the search reports that it found nothing reliable; found right, the T explains ≥ 0.3
+    even in the arm's shadow (docs/decisions.md, "The search compares chromaticity")."""
     shade: bool = True
     """Where the twin renders the key light's shadow (`TwinViews.shadow`), each candidate's Gaussians are shaded by
-    the robot's shadow at the candidate pose, as the correction's render shades the twin's object. Without it, a T
-    lying in the arm's shadow under a low key light was scored against a lit T: every pose, the true one included,
-    explained the images worse than no T at all (corner profile, default gap otherwise: truth 1.275e-3, no T
-    1.086e-3; shaded, truth 0.878e-3), so the search found nothing and the detector held the arm for the last 2.5 s
-    of the episode (docs/decisions.md, "The search shades its candidates"). False: every candidate lit."""
+    the robot's shadow at the candidate pose, as the correction's render shades the twin's object: scored against
+    a lit T, a T in the arm's shadow under a low key light explained the images worse than no T at all
+    (docs/decisions.md, "The search shades its candidates"). False: every candidate lit."""
     tipped: bool = True
     """When the object is not found lying, or found lying but explaining little (`tipped_below`), search its tipped
     rests too (`twin.rests`: standing on a side of its hull, where it stays still), coloured one colour all over (the
     faces the cameras never saw face them then). A real object that fell over is then recognised and reported, not
     "found" lying where a lying one explains the images a little better than nothing. The twin does not place a
-    tipped object (its sphere layer would balance on a line); the detector goes on holding the arm. Corner profiles
-    with the T's friction ×1.6, seed 2: the real T stood on its bar's top face from 0.9 s, and the lying search
-    placed a flat T that explained 5–9 % of the images 2–4 times (docs/decisions.md, "A T standing on a side")."""
+    tipped object (its sphere layer would balance on a line); the detector goes on holding the arm
+    (docs/decisions.md, "A T standing on a side")."""
     tipped_below: float = 0.15
     """... and when the lying pose found explains less than this fraction of the object-absent loss (found lying,
-    the T explains 0.24–0.54, see `min_explained` and `shade`): a standing T was "found" lying at 0.05–0.09."""
+    the T explains 0.24–0.54; a standing T was "found" lying at 0.05–0.09)."""
     tipped_explained: float = 0.15
     """A tipped pose is recognised when it lowers the loss of the tipped search's window by at least this fraction
     of the object-absent loss, ..."""

@@ -106,7 +106,7 @@ class SupervisionConfig:
     """From the frame the detector fires until a search places or confirms the objects, the correction's wrench is
     not applied: the twin's objects stay where they were lost (the correction still runs: its residual is the
     detector's evidence). False: the correction keeps pulling, towards whatever the photometric loss finds nearest
-    (docs/decisions.md, "Re-acquisition")."""
+    (docs/decisions.md, "A lost object rests until a search places or confirms it")."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.early_search < 1.0:

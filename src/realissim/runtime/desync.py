@@ -65,7 +65,8 @@ class DesyncConfig:
     overlap_drop: float = 0.75
     """... or below this × its in-sync baseline (the median overlap of the frames the residual's baseline learns
     from, less those already halfway down to this threshold; 0: not used). The sighting's centroids miss a fast
-    turn about the object's middle, the overlap does not (docs/decisions.md, "The shape overlap") ..."""
+    turn about the object's middle, the overlap does not (docs/decisions.md, "A saturated force alone
+    does not fire; the shape overlap does") ..."""
     overlap_s: float = 0.1
     """... for this long: fire, s."""
 
