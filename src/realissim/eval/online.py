@@ -52,15 +52,19 @@ log = logging.getLogger(__name__)
 
 
 class SyncErrors(EpisodeObserver):
-    """Every `every` frames of an online episode: the planar distance (m) between each twin object and the same
-    object in the world's oracle (evaluation only)."""
+    """Every `every_s` s of an online episode (in whole frames, at least one): the largest planar distance (m)
+    between a twin object and the same object in the world's oracle (evaluation only)."""
 
-    def __init__(self, every: int = 6) -> None:
-        self.every = every
+    def __init__(self, every_s: float = 0.1) -> None:
+        if not every_s > 0:
+            raise ValueError(f"every_s: must be > 0 s, got {every_s}")
+        self.every_s = every_s
+        self.every = 1
         self.errors: list[float] = []
 
     def on_reset(self, env: Env, observation: object) -> None:  # type: ignore[override]
         self.errors = []
+        self.every = max(1, round(self.every_s / env.dt))
 
     def on_frame(self, frame: FrameInfo) -> None:
         env = frame.env
