@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import tyro
 
 from realissim.cli.common import FAILED, INVALID, fail, print_report
 from realissim.real.surrogate.process import CAMERA_SIZE
+
+if TYPE_CHECKING:
+    from realissim.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,10 @@ class Acting:
     """Time limit per episode, simulated s (None: the task's)."""
     kind: str = "flow"
     """The policy kind: its loader in the `realissim.policies` entry points, or "module:attribute"."""
+
+    def limit(self, task: Task) -> float:
+        """The time limit of an episode of `task`, s: `max_seconds`, or the task's."""
+        return task.max_seconds if self.max_seconds is None else self.max_seconds
 
 
 @dataclass(frozen=True)
@@ -120,7 +127,7 @@ class Offline:
         if policy.needs.real_images:
             raise ValueError("a policy trained on real camera frames runs online only: realissim eval online")
         task = make(name.partition("/")[0])
-        max_seconds = task.max_seconds if a.max_seconds is None else a.max_seconds
+        max_seconds = a.limit(task)
         policy.check_scene(task.scene)
         config = EnvConfig(replan_every=a.replan_every, sleep=self.sleep).observing(policy.needs)
         if self.ray is not None:
@@ -189,7 +196,7 @@ class Online:
         factory = CheckpointPolicy(str(self.target), a.steps, a.seed, a.threads, a.kind)
         policy = factory.load()
         task = make(name.partition("/")[0])
-        max_seconds = task.max_seconds if a.max_seconds is None else a.max_seconds
+        max_seconds = a.limit(task)
         policy.check_scene(task.scene)
         env = online_env_config(w.correct_every, a.replan_every, w.calibrate_at, self.max_held_s,
                                 self.early_search, self.early_hold, not self.no_alarm_check)  # fmt: skip

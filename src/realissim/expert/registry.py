@@ -3,11 +3,11 @@ and never names one."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from realissim.policy.base import Policy
 from realissim.tasks import Task
+from realissim.util.imports import resolve
 
 
 def make_expert(task: Task[Any], **settings: object) -> Policy:
@@ -15,8 +15,4 @@ def make_expert(task: Task[Any], **settings: object) -> Policy:
     them); ValueError if the task declares none."""
     if task.expert is None:
         raise ValueError(f"task {task.name!r} has no expert")
-    module, _, attr = task.expert.partition(":")
-    factory: Any = importlib.import_module(module)
-    for part in attr.split("."):
-        factory = getattr(factory, part)
-    return factory(task.scene, **settings)
+    return resolve(task.expert)(task.scene, **settings)  # type: ignore[no-any-return]

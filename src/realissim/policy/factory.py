@@ -13,12 +13,12 @@ trained policy holds a traced network and a torch generator, so it travels as it
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from realissim.policy.base import Policy
+from realissim.util.imports import resolve
 
 if TYPE_CHECKING:
     from realissim.spec.scene import SceneSpec
@@ -77,11 +77,7 @@ def policy_loader(kind: str) -> PolicyLoader:
     """The loader registered as `kind` in the `realissim.policies` entry points, or the object named by
     "module:attribute"; ValueError naming the known kinds if there is none."""
     if ":" in kind:
-        module, _, attr = kind.partition(":")
-        obj = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-        return obj  # type: ignore[return-value]
+        return resolve(kind)  # type: ignore[no-any-return]
     found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     if kind not in found:
         raise ValueError(
