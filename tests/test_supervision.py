@@ -69,15 +69,15 @@ def test_a_loss_holds_the_arms_and_withholds_the_wrench_until_the_twin_is_confir
     frames = sup.detector.counts.sight_frames
     for frame in range(1, frames):
         supervision, timing = _update(sup, rig, frame)
-        assert not sup.desynced and not sup.withholding and not sup.holding()
+        assert not sup.desynced and not sup.withholding and not sup.hold_this_frame()
         assert supervision.sightings[0].seen and supervision.sightings[0].distance > 0.03
         assert set(timing) == {"sight"}
     for frame in range(frames, frames + 10):
         supervision, timing = _update(sup, rig, frame)
-        assert sup.desynced and sup.withholding and sup.holding()
+        assert sup.desynced and sup.withholding and sup.hold_this_frame()
         assert supervision.attempts == () and "reacquire" not in timing
     sup.restart()
-    assert not sup.desynced and not sup.withholding and not sup.holding()
+    assert not sup.desynced and not sup.withholding and not sup.hold_this_frame()
 
 
 def test_a_fired_detector_searches_and_places_the_twin_object_where_the_images_show_it(scene: SceneSpec) -> None:
@@ -113,11 +113,11 @@ def test_an_early_search_places_in_sync_and_holds_the_arms_for_early_hold_frames
         if supervision.placed:
             placed_at = frame
             break
-        assert not sup.holding()
+        assert not sup.hold_this_frame()
     assert placed_at == math.ceil(0.5 * sup.detector.counts.sight_frames), "on half the evidence"
     assert supervision.attempts[0].early and supervision.restart_lead
     assert rig.twin_off() < 0.01
-    assert [sup.holding() for _ in range(5)] == [True, True, True, False, False]
+    assert [sup.hold_this_frame() for _ in range(5)] == [True, True, True, False, False]
 
 
 def test_the_twin_in_sync_is_confirmed_not_moved(scene: SceneSpec) -> None:
@@ -127,6 +127,6 @@ def test_the_twin_in_sync_is_confirmed_not_moved(scene: SceneSpec) -> None:
     pos, yaw = rig.twin.state().object_pos[0].copy(), quat_yaw(rig.twin.state().object_quat[0])
     for frame in range(1, 40):
         supervision, _ = _update(sup, rig, frame)
-        assert supervision.attempts == () and not sup.holding() and not sup.desynced
+        assert supervision.attempts == () and not sup.hold_this_frame() and not sup.desynced
     s = rig.twin.state()
     assert np.array_equal(s.object_pos[0], pos) and quat_yaw(s.object_quat[0]) == pytest.approx(yaw)

@@ -212,7 +212,7 @@ class Runtime:
         self._frame += 1
         result, supervision = self._correct(q_real, images, timing)
         t0 = time.perf_counter()
-        holding = self.supervisor is not None and self.supervisor.holding()
+        holding = self.supervisor is not None and self.supervisor.hold_this_frame()
         q_des, qd_des, lead = self._arm_targets(q_des, q_real, holding)
         state = self._physics(q_des, qd_des)
         timing["physics"] = time.perf_counter() - t0  # (the arm's targets included)

@@ -116,7 +116,7 @@ class Supervisor:
         (`rest_while_held`)."""
         return self._lost and self.config.rest_while_held
 
-    def holding(self) -> bool:
+    def hold_this_frame(self) -> bool:
         """Whether both arms hold this frame: while the detector fires, and for `early_hold` frames after an early
         placement (counted down by this call: once per frame)."""
         settling = self._settle_left > 0 and not self.desynced
