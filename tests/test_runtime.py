@@ -181,6 +181,7 @@ def test_faults_do_not_crash_the_loop(scene: SceneSpec) -> None:
     assert np.linalg.norm(truth.object_pos[0] - report.state.object_pos[0]) < 0.02  # no divergence
 
 
+@pytest.mark.wall_clock
 def test_realtime_scenario_runs_on_the_wall_clock() -> None:
     from realissim.eval.sync.scenario import ScenarioConfig, run_scenario
     from realissim.tasks import make
