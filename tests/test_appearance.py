@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from realissim.assets import panda
-from realissim.assets.appearance import GROUND_BODY, AppearanceConfig, scene_gaussians, tblock_gaussians
+from realissim.assets.appearance import GROUND_BODY, AppearanceConfig, box_union_gaussians, scene_gaussians
 from realissim.assets.gaussians import (
     DEFAULT_OVERLAP,
     GaussianArrays,
@@ -23,7 +23,7 @@ from realissim.assets.gaussians import (
 from realissim.assets.mjcf import KEYFRAME_HOME
 from realissim.assets.pusht import T_NAME, TBlock
 from realissim.geometry import axis_angle_quat, quat_mul, quat_to_mat, yaw_quat
-from realissim.spec import GaussianSetSpec, ObjectSpec, Pose, SceneSpec, SphereSetSpec
+from realissim.spec import BoxSpec, GaussianSetSpec, ObjectSpec, Pose, SceneSpec, SphereSetSpec
 from realissim.twin.physics import PhysicsConfig, build_model
 from realissim.views.appearance import SceneAppearance
 
@@ -83,8 +83,8 @@ def test_pusht_counts_are_in_budget(scene: SceneSpec) -> None:
 
 def test_t_gaussians_lie_on_its_surface_and_cover_it() -> None:
     t = TBlock()
-    g = tblock_gaussians(t, (0.8, 0.2, 0.2), SPACING)
     boxes = t.boxes()
+    g = box_union_gaussians(boxes, (0.8, 0.2, 0.2), SPACING)
     # Distance outside each box (0 on or in it) and depth inside it (> 0 only strictly inside).
     outside = np.stack([np.linalg.norm(np.maximum(np.abs(g.means - b.center) - b.half, 0), axis=1) for b in boxes])
     depth = np.stack([np.min(np.asarray(b.half) - np.abs(g.means - b.center), axis=1) for b in boxes])
@@ -245,6 +245,42 @@ def test_objects_of_unknown_shape_are_drawn_on_their_spheres(scene: SceneSpec) -
     gap = np.linalg.norm(g.means[:, None] - centers[None], axis=2) - radii
     assert np.all(np.min(np.abs(gap), axis=1) < 1e-12) and np.all(gap.min(axis=1) > -1e-9)
     assert abs(g.colors.mean(axis=0) - [0.1, 0.6, 0.2]).max() < 0.01
+
+
+def test_an_object_described_with_boxes_is_drawn_on_them_whatever_its_name(scene: SceneSpec) -> None:
+    """The exact shape comes from the description: an "L" of two overlapping boxes named "bracket" gets Gaussians
+    on the union's outer surface (none inside it, none where the boxes overlap), not on its collision sphere."""
+    boxes = (BoxSpec((0.0, 0.0, 0.0), (0.05, 0.01, 0.01)), BoxSpec((0.04, 0.03, 0.0), (0.01, 0.04, 0.01)))
+    bracket = ObjectSpec(
+        name="bracket",
+        pose=Pose((0.2, 0.2, 0.01)),
+        mass=0.1,
+        friction=0.5,
+        spheres=SphereSetSpec(((0.0, 0.0, 0.0),), (0.01,)),
+        color=(0.2, 0.3, 0.7),
+        boxes=boxes,
+    )
+    g = scene_gaussians(dataclasses.replace(scene, objects=(bracket,), goals=()))["bracket"]
+    outside = np.stack([np.linalg.norm(np.maximum(np.abs(g.means - b.center) - b.half, 0), axis=1) for b in boxes])
+    depth = np.stack([np.min(np.asarray(b.half) - np.abs(g.means - b.center), axis=1) for b in boxes])
+    assert np.all(outside.min(axis=0) < 1.5e-3), "a Gaussian lies off the boxes"
+    assert np.all(depth.max(axis=0) < 1e-9), "a Gaussian lies inside the union"
+    assert np.ptp(g.means[:, 0]) > 0.09 and np.ptp(g.means[:, 1]) > 0.07  # spans both boxes, not the 1 cm sphere
+
+
+def test_the_t_is_drawn_from_its_boxes_not_its_name(scene: SceneSpec) -> None:
+    """Renamed, the T gets the very same Gaussians; without its boxes, it is drawn on its spheres."""
+    t = scene.object(T_NAME)
+    drawn = scene_gaussians(scene)[T_NAME]
+    renamed = dataclasses.replace(scene, objects=(dataclasses.replace(t, name="widget"),), goals=())
+    again = scene_gaussians(renamed)["widget"]
+    for name in ("means", "quats", "scales", "colors", "opacities"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(drawn, name))
+    spheres = dataclasses.replace(scene, objects=(dataclasses.replace(t, boxes=None),))
+    on_spheres = scene_gaussians(spheres)[T_NAME]
+    radius = t.spheres.radii[0]
+    gap = np.linalg.norm(on_spheres.means[:, None] - np.asarray(t.spheres.centers)[None], axis=2) - radius
+    assert np.all(np.min(np.abs(gap), axis=1) < 1e-12)
 
 
 def test_spec_round_trip() -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from realissim.assets import panda
-from realissim.assets.mass import sphere_union_inertia
+from realissim.assets.mass import box_union_inertia, sphere_union_inertia
 from realissim.assets.mjcf import scene_to_mjcf
 from realissim.assets.pusht import (
     PUSHER_HOME_TIP,
@@ -21,7 +21,7 @@ from realissim.assets.pusht import (
     pusht_scene,
 )
 from realissim.geometry import project_points
-from realissim.spec import Pose, SceneSpec, SpecError
+from realissim.spec import BoxSpec, Pose, SceneSpec, SpecError
 from realissim.twin.kinematics import IKConfig, PusherIK
 
 
@@ -73,7 +73,7 @@ def test_unknown_robot_model_is_a_spec_error(scene: SceneSpec) -> None:
         scene_to_mjcf(bad)
 
 
-def test_t_block_dimensions_and_mass_properties() -> None:
+def test_tblock_dimensions_and_mass_properties() -> None:
     t = TBlock()
     bar, stem = t.boxes()
     assert 2 * bar.half[0] == pytest.approx(0.20) and 2 * bar.half[1] == pytest.approx(0.05)
@@ -85,6 +85,24 @@ def test_t_block_dimensions_and_mass_properties() -> None:
     exact = np.asarray(t.inertia(0.25).inertia)
     voxel = np.asarray(sphere_union_inertia(t.spheres(0.00875), 0.25, resolution=64).inertia)
     np.testing.assert_allclose(voxel[:3], exact[:3], rtol=0.04)  # fine spheres approach the exact T
+
+
+def test_box_union_inertia_counts_shared_volume_once() -> None:
+    """One box, the same box cut in two touching halves, and two overlapping boxes covering it: the same mass
+    properties; an off-centre box has its centroid as centre of mass."""
+    whole = BoxSpec((0.01, 0.02, 0.0), (0.1, 0.05, 0.02))
+    halves = (BoxSpec((-0.04, 0.02, 0.0), (0.05, 0.05, 0.02)), BoxSpec((0.06, 0.02, 0.0), (0.05, 0.05, 0.02)))
+    overlapping = (BoxSpec((-0.02, 0.02, 0.0), (0.07, 0.05, 0.02)), BoxSpec((0.04, 0.02, 0.0), (0.07, 0.05, 0.02)))
+    expected = box_union_inertia((whole,), 0.3)
+    a, b, c = 0.2, 0.1, 0.04
+    np.testing.assert_allclose(
+        expected.inertia, np.array([b * b + c * c, a * a + c * c, a * a + b * b, 0, 0, 0]) * 0.3 / 12
+    )
+    np.testing.assert_allclose(expected.com, whole.center, atol=1e-15)
+    for boxes in (halves, overlapping, (*overlapping, whole)):
+        got = box_union_inertia(boxes, 0.3)
+        np.testing.assert_allclose(got.com, expected.com, atol=1e-15)
+        np.testing.assert_allclose(got.inertia, expected.inertia, rtol=1e-12, atol=1e-18)
 
 
 @pytest.mark.parametrize("radius", [0.0175, 0.01, 0.006])

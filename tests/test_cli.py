@@ -77,6 +77,23 @@ def test_scene_write_then_check(tmp_path, capsys) -> None:
     assert "objects[0].mass" in capsys.readouterr().err
 
 
+def test_scene_takes_the_task_and_its_options_and_names_bad_ones(tmp_path, capsys) -> None:
+    path = tmp_path / "scene.json"
+    args = ["scene", "--out", str(path), "--task", "pusht"]
+    assert main([*args, "--task-option", "scene.camera_width=320", "scene.t_mass=0.3"]) == 0
+    doc = json.loads(path.read_text())
+    assert {c["width"] for c in doc["cameras"]} == {320} and doc["objects"][0]["mass"] == 0.3
+    path.unlink()
+    for options, named in ((["--task", "nope"], "unknown task 'nope'"),
+                           (["--task-option", "scene.bogus=1"], "'bogus' for PushTTaskConfig.scene"),
+                           (["--task-option", "success_threshold"], "expected KEY=VALUE"),
+                           (["--task-option", "success_threshold.x=1"], "success_threshold is not a config"),
+                           (["--task-option", "success_threshold=2"], "success_threshold")):  # fmt: skip
+        assert main([*args, *options]) == 2
+        assert named in capsys.readouterr().err
+    assert not path.exists()
+
+
 @pytest.mark.slow
 def test_push_runs_and_pushes_the_t_to_its_goal(tmp_path, capsys) -> None:
     assert main(["push", "--seconds", "4", "--out", str(tmp_path), "--no-progress"]) == 0
@@ -87,7 +104,7 @@ def test_push_runs_and_pushes_the_t_to_its_goal(tmp_path, capsys) -> None:
         assert (tmp_path / name).exists()
     assert (tmp_path / "views.png").read_bytes().startswith(b"\x89PNG")
     assert report["render_backend"] == "cpu" and report["render_ms_median"] > 0
-    assert "PushT twin physics demo" in capsys.readouterr().out
+    assert "pusht twin physics demo" in capsys.readouterr().out
 
 
 def test_surrogate_runs_and_bad_gap_is_named(tmp_path, capsys) -> None:

@@ -106,3 +106,17 @@ def test_the_experts_push_model_takes_the_same_draw(scene: SceneSpec) -> None:
     np.testing.assert_allclose(planner.model.geom_friction[geoms, 0], 0.7 * before)
     with pytest.raises(ValueError, match="no body named"):
         ObjectDynamics(planner.model, ["nope"])
+
+
+def test_the_task_expert_declares_the_models_it_plans_in() -> None:
+    from realissim.expert.registry import make_expert
+    from realissim.policy import PlansInPhysics
+    from realissim.tasks import make
+
+    expert = make_expert(make("pusht"))
+    assert isinstance(expert, PlansInPhysics)
+    (model,) = expert.planning_models()
+    body = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, T_NAME)
+    mass = float(model.body_mass[body])
+    ObjectDynamics(model, [T_NAME]).apply((ObjectDraw(T_NAME, mass_scale=1.5),))
+    assert expert.model.model.body_mass[body] == pytest.approx(1.5 * mass)  # the very model the expert rolls out

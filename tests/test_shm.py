@@ -30,7 +30,7 @@ def _writer(name: str, n: int) -> None:
     seg.close()
 
 
-def test_blocks_round_trip_and_are_aligned() -> None:
+def test_shm_blocks_round_trip_and_are_aligned() -> None:
     assert all(offset % 8 == 0 for offset in LAYOUT.offsets.values())
     seg = SharedSegment(LAYOUT)
     try:

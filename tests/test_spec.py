@@ -13,8 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from realissim.assets.pusht import TBlock
 from realissim.real.surrogate.gap import GapProfile, gap_to_dict, load_gap, save_gap
 from realissim.spec import (
+    BoxSpec,
     GaussianSetSpec,
     SceneSpec,
     SpecError,
@@ -134,6 +136,43 @@ def test_limits_and_duplicates(scene: SceneSpec) -> None:
     doc = _doc(scene)
     doc["goals"][0]["object"] = "nothing"
     _expect(doc, "goals[0].object", "no object")
+
+
+def test_object_boxes_are_optional_and_checked(scene: SceneSpec) -> None:
+    """`boxes` (the exact shape) round-trips as [{"center": [...], "half": [...]}, ...]; a scene written without
+    the key loads with none; a malformed box is a SpecError naming the field."""
+    doc = _doc(scene)
+    stem = TBlock().boxes()[1]
+    assert doc["objects"][0]["boxes"][1] == {"center": list(stem.center), "half": list(stem.half)}
+    assert stem.half == pytest.approx((0.025, 0.075, 0.0175))
+    del doc["objects"][0]["boxes"]
+    assert scene_from_dict(doc).objects[0].boxes is None
+    assert scene_from_dict(doc) == dataclasses.replace(
+        scene, objects=(dataclasses.replace(scene.objects[0], boxes=None),)
+    )
+    for path, value, field, words in [
+        ((), [], "objects[0].boxes", "at least one box"),
+        ((), {"center": [0, 0, 0], "half": [1, 1, 1]}, "objects[0].boxes", "must be"),
+        ((1, "half", 2), 0.0, "objects[0].boxes[1].half", "> 0"),
+        ((0, "half", 0), -0.1, "objects[0].boxes[0].half", "> 0"),
+        ((0, "center"), [0.0, 0.0], "objects[0].boxes[0].center", "exactly 3"),
+        ((0, "center", 1), "up", "objects[0].boxes[0].center[1]", "number"),
+        ((1, "size"), [0.1, 0.1, 0.1], "objects[0].boxes[1].size", "unknown key"),
+    ]:
+        doc = _doc(scene)
+        target: Any = doc["objects"][0]
+        keys = ("boxes", *path)
+        for key in keys[:-1]:
+            target = target[key]
+        target[keys[-1]] = value
+        _expect(doc, field, words)
+    doc = _doc(scene)
+    del doc["objects"][0]["boxes"][0]["half"]
+    _expect(doc, "objects[0].boxes[0].half", "missing required key")
+    with pytest.raises(SpecError, match="half"):
+        BoxSpec((0.0, 0.0, 0.0), (0.1, math.nan, 0.1))
+    with pytest.raises(SpecError, match="center"):
+        BoxSpec((math.inf, 0.0, 0.0), (0.1, 0.1, 0.1))
 
 
 def test_load_scene_names_the_file(tmp_path) -> None:
@@ -347,3 +386,15 @@ def test_optional_scalars_and_tuples_decode_strictly() -> None:
         from_dict(Options, {"crop": "88"})
     with pytest.raises(SpecError, match="crop"):
         from_dict(Options, {"crop": True})
+
+
+def test_a_description_without_exact_shapes_matches_one_with_them() -> None:
+    from realissim.spec.codec import UNDESCRIBED_OK, first_difference
+
+    old = {"objects": [{"name": "tblock", "mass": 0.25}]}  # written before objects carried `boxes`
+    new = {"objects": [{"name": "tblock", "mass": 0.25, "boxes": [{"center": [0, 0, 0], "half": [1, 1, 1]}]}]}
+    assert first_difference(old, new, "scene", undescribed_ok=UNDESCRIBED_OK) is None
+    assert first_difference(new, old, "scene", undescribed_ok=UNDESCRIBED_OK) is None
+    assert first_difference(old, new, "scene").startswith("scene.objects[0].boxes (old null, new [")  # type: ignore[union-attr]
+    other = {"objects": [{"name": "tblock", "mass": 0.25, "boxes": [{"center": [0, 0, 0], "half": [2, 1, 1]}]}]}
+    assert "boxes[0].half[0]" in str(first_difference(new, other, "scene", undescribed_ok=UNDESCRIBED_OK))

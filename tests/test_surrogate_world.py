@@ -13,11 +13,13 @@ import os
 import subprocess
 import sys
 
+import mujoco
 import numpy as np
 import pytest
 
 from helpers import BAD_STARTS, random_start
 from realissim.assets import panda
+from realissim.assets.mass import box_union_inertia
 from realissim.assets.pusht import T_NAME, TBlock
 from realissim.expert.scripted import ScriptedPushConfig, joint_trajectory, push_waypoints, sample_path
 from realissim.geometry import project_points, quat_yaw
@@ -33,9 +35,10 @@ from realissim.real.surrogate.gap import (
     load_gap,
     save_gap,
 )
+from realissim.real.surrogate.model import surrogate_mjcf
 from realissim.real.surrogate.world import SurrogateWorld
 from realissim.spec.errors import SpecError
-from realissim.spec.scene import ObjectSpec, Pose, SceneSpec, SphereSetSpec
+from realissim.spec.scene import BoxSpec, InertiaSpec, ObjectSpec, Pose, SceneSpec, SphereSetSpec
 from realissim.spec.state import StartState
 from realissim.twin.kinematics import PusherIK
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
@@ -57,7 +60,10 @@ def with_disturbances(*ds: Disturbance) -> GapProfile:
 def test_gap_json_round_trip_is_exact(tmp_path) -> None:
     gap = GapProfile(
         objects=(
-            ObjectGap(name=T_NAME, t_block=TBlock(bar_length=0.21), friction_scale=0.7, com_offset=(0.1, 0.0, 0.0)),
+            ObjectGap(
+                name=T_NAME, boxes=TBlock(bar_length=0.21).boxes(), friction_scale=0.7, com_offset=(0.1, 0.0, 0.0)
+            ),
+            ObjectGap(name="*", shape="spheres"),
         ),
         arm=dataclasses.replace(ArmGap(), latency=0.0061, joint_offset=(0.1 / 3,) * 7),
         cameras=(CameraGap(name="front", noise_std=1 / 3), CameraGap(name="*", exposure=0.9)),
@@ -83,6 +89,10 @@ def test_gap_json_round_trip_is_exact(tmp_path) -> None:
         ({"disturbances": [{"kind": "move_object", "at": 1.0}]}, "disturbances[0].object"),
         ({"disturbances": [{"kind": "wave", "at": 1.0}]}, "disturbances[0].kind"),
         ({"lighting": {"key_direction": [0, 0, 1]}}, "lighting.key_direction"),
+        (
+            {"objects": [{"name": "a", "shape": "spheres", "boxes": [{"center": [0, 0, 0], "half": [1, 1, 1]}]}]},
+            "objects[0].boxes",
+        ),
     ],
 )
 def test_gap_errors_name_the_field(doc: dict, field: str) -> None:
@@ -95,6 +105,82 @@ def test_gap_file_rejects_nan(tmp_path) -> None:
     (tmp_path / "gap.json").write_text('{"arm": {"latency": NaN}}')
     with pytest.raises(SpecError, match="NaN"):
         load_gap(tmp_path / "gap.json")
+
+
+# -- the real objects' shape -------------------------------------------------------------------------
+L_BOXES = (BoxSpec((0.0, 0.0, 0.0), (0.05, 0.01, 0.01)), BoxSpec((0.04, 0.03, 0.0), (0.01, 0.04, 0.01)))
+"""An "L" of two overlapping boxes (body frame, m)."""
+
+
+def _bracket_model(
+    scene: SceneSpec, gap_entry: ObjectGap, boxes: tuple[BoxSpec, ...] | None = L_BOXES
+) -> mujoco.MjModel:
+    """The real world's model of `scene` with one object "bracket" (not the T) described with `boxes`."""
+    bracket = ObjectSpec(
+        name="bracket",
+        pose=Pose((0.2, 0.2, 0.01)),
+        mass=0.2,
+        friction=0.5,
+        spheres=SphereSetSpec(((-0.04, 0.0, 0.0), (0.0, 0.0, 0.0), (0.04, 0.0, 0.0)), (0.01, 0.01, 0.01)),
+        inertia=InertiaSpec((0.0, 0.0, 0.0), (1e-5, 2e-5, 2e-5, 0.0, 0.0, 0.0)),
+        boxes=boxes,
+    )
+    one = dataclasses.replace(scene, objects=(bracket,), goals=(), cameras=scene.cameras[:1])
+    gap = GapProfile(objects=(dataclasses.replace(gap_entry, name="bracket"),), cameras=())
+    return mujoco.MjModel.from_xml_string(surrogate_mjcf(one, gap, one.cameras))
+
+
+def _geoms(model: mujoco.MjModel, body: str) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """(type, pos, size) of each geom of `body`."""
+    b = model.body(body).id
+    return [
+        (int(model.geom_type[g]), model.geom_pos[g], model.geom_size[g])
+        for g in range(model.ngeom)
+        if model.geom_bodyid[g] == b
+    ]
+
+
+def test_a_real_object_collides_on_its_described_boxes_whatever_its_name(scene: SceneSpec) -> None:
+    """ "exact" (the default): box geoms from the description, inertia of uniform density over the union (the
+    overlap counted once), at the described centre of mass + the offset; "spheres": the twin's sphere geoms."""
+    model = _bracket_model(scene, ObjectGap(mass_scale=1.5, com_offset=(0.001, 0.0, 0.0)))
+    geoms = _geoms(model, "bracket")
+    assert [g[0] for g in geoms] == [mujoco.mjtGeom.mjGEOM_BOX] * 2
+    for (_, pos, size), box in zip(geoms, L_BOXES):
+        np.testing.assert_array_equal(pos, box.center)
+        np.testing.assert_array_equal(size, box.half)
+    body = model.body("bracket").id
+    assert model.body_mass[body] == pytest.approx(0.3)
+    np.testing.assert_allclose(model.body_ipos[body], (0.001, 0.0, 0.0), atol=1e-12)
+    # The union's inertia about its own centroid, from a fine voxel integration of the union.
+    h = 0.0005
+    axes = [np.arange(lo + h / 2, hi, h) for lo, hi in ((-0.05, 0.05), (-0.01, 0.07), (-0.01, 0.01))]
+    pts = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
+    inside = np.any([np.all(np.abs(pts - b.center) < b.half, axis=1) for b in L_BOXES], axis=0)
+    d = pts[inside] - pts[inside].mean(axis=0)
+    m = 0.3 / len(d)
+    expected = m * np.array([np.sum(d[:, 1] ** 2 + d[:, 2] ** 2), np.sum(d[:, 0] ** 2 + d[:, 2] ** 2),
+                             np.sum(d[:, 0] ** 2 + d[:, 1] ** 2)])  # fmt: skip
+    exact = box_union_inertia(L_BOXES, 0.3)
+    np.testing.assert_allclose(np.asarray(exact.inertia[:3]), expected, rtol=2e-3)
+    assert np.sort(model.body_inertia[body]) == pytest.approx(np.sort(np.linalg.eigvalsh(_matrix(exact.inertia))))
+    spheres = _geoms(_bracket_model(scene, ObjectGap(shape="spheres")), "bracket")
+    assert [g[0] for g in spheres] == [mujoco.mjtGeom.mjGEOM_SPHERE] * 3
+    undescribed = _geoms(_bracket_model(scene, ObjectGap(), boxes=None), "bracket")
+    assert [g[0] for g in undescribed] == [mujoco.mjtGeom.mjGEOM_SPHERE] * 3
+
+
+def test_a_shape_gap_replaces_the_boxes_and_moves_the_centre_of_mass_with_them(scene: SceneSpec) -> None:
+    shifted = tuple(dataclasses.replace(b, center=(b.center[0] + 0.01, *b.center[1:])) for b in L_BOXES)
+    model = _bracket_model(scene, ObjectGap(boxes=shifted))
+    geoms = _geoms(model, "bracket")
+    np.testing.assert_array_equal([g[1] for g in geoms], [b.center for b in shifted])
+    np.testing.assert_allclose(model.body_ipos[model.body("bracket").id], (0.01, 0.0, 0.0), atol=1e-12)
+
+
+def _matrix(inertia: tuple[float, ...]) -> np.ndarray:
+    ixx, iyy, izz, ixy, ixz, iyz = inertia
+    return np.array([[ixx, ixy, ixz], [ixy, iyy, iyz], [ixz, iyz, izz]])
 
 
 # -- determinism and the robot -----------------------------------------------------------------------

@@ -199,14 +199,14 @@ class _Randomizer:
     """Per episode: draws the objects' dynamics and applies them to the twin and the expert's push model."""
 
     def __init__(self, config: CollectConfig, env: Env, policy: Policy) -> None:
-        from realissim.expert.pusht import PushTExpert
+        from realissim.policy.base import PlansInPhysics
         from realissim.twin.randomize import ObjectDynamics
 
         self.config = config.randomization
         self.names = [o.name for o in env.task.scene.objects]
         models = [env.runtime.twin.model]
-        if isinstance(policy, PushTExpert):  # the expert plans in its own copy of the objects' physics
-            models.append(policy.model.model)
+        if isinstance(policy, PlansInPhysics):  # e.g. the expert plans in its own copy of the objects' physics
+            models.extend(policy.planning_models())
         self.targets = [ObjectDynamics(m, self.names) for m in models]
         self.draws: tuple[ObjectDraw, ...] = ()
 

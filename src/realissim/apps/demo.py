@@ -9,7 +9,6 @@ metrics side by side and writes a rerun recording, error plots and camera views.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass, replace
@@ -18,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from realissim.apps.outputs import RunOutputs
 from realissim.real.surrogate.process import CAMERA_SIZE
-from realissim.util.images import grid, write_png
-from realissim.util.jsonable import jsonable
+from realissim.util.images import grid
 
 if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --help` stays fast
     from realissim.tasks import Task
@@ -90,13 +89,13 @@ def run_loop_demo(
         seed=config.seed,
         realtime=config.realtime,
     )
+    outputs = RunOutputs(out)
     recording = None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        if config.record:
-            from realissim.eval.sync.record import Recording
+    rrd = outputs.path("demo.rrd") if config.record else None
+    if rrd is not None:
+        from realissim.eval.sync.record import Recording
 
-            recording = Recording(out / "demo.rrd", scene, config.image_every)
+        recording = Recording(rrd, scene, config.image_every)
     results: dict = {}
     series: dict = {}
     views: dict = {}
@@ -113,9 +112,12 @@ def run_loop_demo(
     finally:
         if recording is not None:
             recording.close()
-    results["outputs"] = []
-    if out is not None:
-        results["outputs"] = _write_outputs(out, config, results, series, views, recording is not None)
+    if outputs.enabled:
+        _write_outputs(outputs, config, results, series, views)
+        if recording is not None:
+            outputs.add("demo.rrd")
+        outputs.summary()
+    results["outputs"] = outputs.written
     return results
 
 
@@ -137,31 +139,21 @@ def format_table(results: dict, title: str) -> str:
     return "\n".join(lines)
 
 
-def _write_outputs(
-    out: Path, config: LoopDemoConfig, results: dict, series: dict, views: dict, recorded: bool
-) -> list[str]:
+def _write_outputs(outputs: RunOutputs, config: LoopDemoConfig, results: dict, series: dict, views: dict) -> None:
     from realissim.eval.sync.plots import plot_errors
 
     clock = "real time" if config.realtime else "lock-step"
     title = f"gap {config.gap or 'default'}, {clock}, {config.seconds:g} s, hand push at {config.seconds / 2:g} s"
     desync = {f"correction {k}": [t for t, kind in results[k]["desync_events"] if kind == "fired"] for k in series}
-    plot_errors(
-        {f"correction {k}": v for k, v in series.items()}, out / "errors.png", (config.seconds / 2,), desync, title
-    )
-    written = ["errors.png"]
+    errors_png = outputs.path("errors.png")
+    assert errors_png is not None
+    plot_errors({f"correction {k}": v for k, v in series.items()}, errors_png, (config.seconds / 2,), desync, title)
+    outputs.add("errors.png")
     if views:
         rows = []
         for c in range(next(iter(views.values()))[0].shape[0]):
             rows.append([img[c] for name in views for img in views[name]])
-        write_png(out / "views.png", grid(rows, gap=2))
-        written.append("views.png")
-    arrays = {f"{run}_{key}": np.asarray(v) for run, s in series.items() for key, v in s.items()}
-    np.savez_compressed(out / "series.npz", **arrays)
-    written.append("series.npz")
-    report = {"config": jsonable(config), "on": results["on"], "off": results["off"]}
-    (out / "report.json").write_text(json.dumps(jsonable(report), indent=2))
-    (out / "report.md").write_text(format_table(results, f"# Closed-loop demo: {title}") + "\n")
-    written += ["report.json", "report.md"]
-    if recorded:
-        written.append("demo.rrd")
-    return written
+        outputs.png("views.png", grid(rows, gap=2))
+    outputs.npz("series.npz", **{f"{run}_{key}": np.asarray(v) for run, s in series.items() for key, v in s.items()})
+    outputs.json("report.json", {"config": config, "on": results["on"], "off": results["off"]})
+    outputs.text("report.md", format_table(results, f"# Closed-loop demo: {title}") + "\n")

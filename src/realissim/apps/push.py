@@ -3,25 +3,24 @@ its goal through `run_episode`, and a report."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from realissim.apps.outputs import RunOutputs
 from realissim.assets.mjcf import scene_to_mjcf
 from realissim.envs.env import Env, EnvConfig, FrameInfo
 from realissim.eval.episode import EpisodeObserver, ProgressBar, run_episode
 from realissim.expert.scripted import ScriptedPush, ScriptedPushConfig
 from realissim.runtime.config import RuntimeConfig
-from realissim.spec.io import save_scene
 from realissim.spec.state import StartState
 from realissim.tasks import Task
 from realissim.twin.physics import PhysicsConfig
-from realissim.util.images import grid, to_uint8, write_png
+from realissim.util.images import grid, to_uint8
 from realissim.views.cameras import TwinViews
 
 log = logging.getLogger(__name__)
@@ -93,15 +92,14 @@ def run_push_demo(
         report["render_cameras"] = f"{len(views.cameras)}×{views.width}×{views.height}"
         render_s = recorder.render_s[1:] if len(recorder.render_s) > 1 else recorder.render_s
         report["render_ms_median"] = 1e3 * float(np.median(render_s))
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        save_scene(scene, out / "scene.json")
-        (out / "model.xml").write_text(scene_to_mjcf(scene, physics.mjcf_options()))
-        np.savez_compressed(out / "states.npz", states=np.asarray(recorder.states), columns="pos3 quat4 q7 q_des7")
-        config = {"physics": asdict(physics), "task": task.name, "demo": asdict(cfg)}
-        (out / "config.json").write_text(json.dumps(config, indent=2))
-        (out / "report.json").write_text(json.dumps(report, indent=2))
+    outputs = RunOutputs(out)
+    if outputs.enabled:
+        outputs.scene(scene)
+        outputs.text("model.xml", scene_to_mjcf(scene, physics.mjcf_options()))
+        outputs.npz("states.npz", states=np.asarray(recorder.states), columns="pos3 quat4 q7 q_des7")
+        outputs.json("config.json", {"physics": physics, "task": task.name, "demo": cfg})
+        outputs.json("report.json", report)
         if recorder.frames:
-            write_png(out / "views.png", grid([[to_uint8(img) for img in rgb.numpy()] for rgb in recorder.frames]))
-        log.info("wrote scene.json, model.xml, states.npz, config.json, report.json (and views.png) to %s", out)
+            outputs.png("views.png", grid([[to_uint8(img) for img in rgb.numpy()] for rgb in recorder.frames]))
+        outputs.summary()
     return report

@@ -4,22 +4,21 @@ push runs on the twin through `run_episode`, the real arm follows it — to exer
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
+from realissim.apps.outputs import RunOutputs
 from realissim.envs.env import Env, EnvConfig, FrameInfo
 from realissim.eval.episode import EpisodeObserver, ProgressBar, run_episode
 from realissim.expert.scripted import ScriptedPush
 from realissim.real.surrogate import Surrogate, SurrogateConfig
 from realissim.runtime.config import RuntimeConfig
-from realissim.spec.io import save_scene
 from realissim.spec.state import StartState
 from realissim.tasks import Task
-from realissim.util.images import grid, write_png
+from realissim.util.images import grid
 
 log = logging.getLogger(__name__)
 
@@ -69,15 +68,14 @@ def drive_surrogate(
         "follower_max_rad": stats["max_rad"],
         "object_moved_m": float(np.linalg.norm(truth[-1, 1:3] - truth[0, 1:3])) if scene.objects else 0.0,
     }
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        save_scene(scene, out / "scene.json")
+    outputs = RunOutputs(out)
+    if outputs.enabled:
+        outputs.scene(scene)
         if first:
-            write_png(out / "views.png", grid([first, last]))
+            outputs.png("views.png", grid([first, last]))
         columns = "time, object pos (K×3), object quat (K×4), q (7), qd (7)"
-        np.savez_compressed(out / "truth.npz", truth=truth, columns=columns)
-        cfg = asdict(config) | {"gap": str(config.gap) if config.gap else None, "seconds": seconds}
-        (out / "config.json").write_text(json.dumps(cfg, indent=2))
-        (out / "report.json").write_text(json.dumps(report, indent=2))
-        log.info("wrote scene.json, views.png, truth.npz, config.json and report.json to %s", out)
+        outputs.npz("truth.npz", truth=truth, columns=columns)
+        outputs.json("config.json", asdict(config) | {"seconds": seconds, "task": task.name})
+        outputs.json("report.json", report)
+        outputs.summary()
     return report

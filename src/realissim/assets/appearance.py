@@ -3,13 +3,14 @@
 Keys are MuJoCo body names as `realissim.assets.mjcf` writes them: each object's name, the Panda's
 link names (plus the pusher body), and `GROUND_BODY` for the table, a static geom of MuJoCo's world
 body. A scene may give Gaussians for an object or the ground (inline or as an .npz reference);
-anything without them gets procedural surface Gaussians from its geometry.
+anything without them gets procedural surface Gaussians from its geometry: an object's exact shape
+(`ObjectSpec.boxes`) where the scene describes one, else its collision spheres.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +26,8 @@ from realissim.assets.gaussians import (
     capsule_gaussians,
     plane_gaussians,
 )
-from realissim.assets.pusht import T_NAME, TBlock
 from realissim.spec.io import load_gaussians
-from realissim.spec.scene import GaussianSetSpec, ObjectSpec, PusherSpec, SceneSpec
+from realissim.spec.scene import BoxSpec, GaussianSetSpec, ObjectSpec, PusherSpec, SceneSpec
 
 logger = logging.getLogger(__name__)
 
@@ -80,15 +80,16 @@ def _inside_box(points: np.ndarray, center: ArrayLike, half: ArrayLike) -> np.nd
     return np.all(np.abs(points - np.asarray(center)) <= np.asarray(half) + INSIDE_TOL, axis=1)
 
 
-def tblock_gaussians(
-    tblock: TBlock, color: ArrayLike, spacing: float, opacity: float = 0.95, seed: Seed = 0, **kwargs: float
+def box_union_gaussians(
+    boxes: Sequence[BoxSpec], color: ArrayLike, spacing: float, opacity: float = 0.95, seed: Seed = 0, **kwargs: float
 ) -> GaussianArrays:
-    """Surface Gaussians of the T in its body frame; faces where bar and stem touch are left out.
+    """Surface Gaussians of a union of boxes, in the boxes' (body) frame: each box's surface in the given order,
+    without the Gaussians that lie inside another box (faces where boxes touch or overlap are left out).
 
-    `kwargs` go to `box_gaussians` (overlap, thickness, jitter).
+    `kwargs` go to `box_gaussians` (overlap, thickness, jitter). The boxes draw from one generator made from
+    `seed`, in order.
     """
     rng = np.random.default_rng(seed)
-    boxes = tblock.boxes()
     parts = []
     for i, box in enumerate(boxes):
         g = box_gaussians(box.center, box.half, color, spacing, opacity, rng, **kwargs)
@@ -159,18 +160,6 @@ def sphere_set_gaussians(
     return capsules_gaussians(spheres, obj.color, spacing, opacity, seed, **kwargs)
 
 
-ObjectAppearance = Callable[[ObjectSpec, AppearanceConfig, np.random.Generator], GaussianArrays]
-"""Procedural Gaussians (body frame) for an object of known exact shape."""
-
-
-def _pusht_tblock(obj: ObjectSpec, config: AppearanceConfig, rng: np.random.Generator) -> GaussianArrays:
-    return tblock_gaussians(TBlock(), obj.color, config.object_spacing, config.opacity, rng, **_shape_kwargs(config))
-
-
-KNOWN_SHAPES: Mapping[str, ObjectAppearance] = {T_NAME: _pusht_tblock}
-"""Objects, by name, whose exact shape is known (the PushT T-block); others are drawn on their spheres."""
-
-
 def _shape_kwargs(config: AppearanceConfig) -> dict[str, float]:
     return {"overlap": config.overlap, "jitter": config.jitter}
 
@@ -184,13 +173,13 @@ def _object_gaussians(
     index: int,
     config: AppearanceConfig,
     base_dir: str | Path,
-    shapes: Mapping[str, ObjectAppearance],
     rng: np.random.Generator,
 ) -> GaussianArrays:
     if obj.gaussians is not None:
         return _given(obj.gaussians, base_dir, f"objects[{index}].gaussians")
-    if obj.name in shapes:
-        return shapes[obj.name](obj, config, rng)
+    if obj.boxes is not None:
+        kwargs = _shape_kwargs(config)
+        return box_union_gaussians(obj.boxes, obj.color, config.object_spacing, config.opacity, rng, **kwargs)
     return sphere_set_gaussians(obj, config.object_spacing, config.opacity, rng, **_shape_kwargs(config))
 
 
@@ -214,13 +203,13 @@ def scene_gaussians(
     scene: SceneSpec,
     base_dir: str | Path | None = None,
     config: AppearanceConfig = AppearanceConfig(),
-    shapes: Mapping[str, ObjectAppearance] = KNOWN_SHAPES,
 ) -> dict[str, GaussianArrays]:
     """MuJoCo body name → Gaussians in that body's frame, for every body of `scene` that is seen.
 
     Objects and the ground use the scene's own Gaussians where given (references are relative to
-    `base_dir`, default the working directory), else procedural ones; objects named in `shapes` are
-    drawn on their exact shape, others on their collision spheres. Deterministic for `config.seed`.
+    `base_dir`, default the working directory), else procedural ones: an object described with `boxes` is
+    drawn on the surface of its boxes (`box_union_gaussians`), others on their collision spheres. Deterministic
+    for `config.seed`.
     """
     if scene.robot.model != panda.MODEL_NAME:
         raise ValueError(f"no appearance for robot model {scene.robot.model!r} (known: {panda.MODEL_NAME!r})")
@@ -231,6 +220,6 @@ def scene_gaussians(
         config.robot_spacing, scene.robot.pusher, config.pusher_spacing, config.opacity, rng, **_shape_kwargs(config)
     )
     for i, obj in enumerate(scene.objects):
-        out[obj.name] = _object_gaussians(obj, i, config, base, shapes, rng)
+        out[obj.name] = _object_gaussians(obj, i, config, base, rng)
     logger.debug("scene %r appearance: %s", scene.name, {k: len(v) for k, v in out.items()})
     return out

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from realissim.assets.mass import box_union_inertia
 from realissim.assets.panda import panda_robot_spec
 from realissim.geometry import intrinsics_from_fov, look_at, yaw_quat
 from realissim.spec.scene import (
+    BoxSpec,
     CameraSpec,
     GoalSpec,
     GroundSpec,
@@ -25,17 +27,8 @@ from realissim.spec.scene import (
 T_NAME = "tblock"
 
 
-@dataclass(frozen=True)
-class Box:
-    """An axis-aligned box in a body frame: centre (3,) and half sizes (3,), m."""
-
-    center: tuple[float, float, float]
-    half: tuple[float, float, float]
-
-    @property
-    def volume(self) -> float:
-        """m³."""
-        return 8.0 * self.half[0] * self.half[1] * self.half[2]
+Box = BoxSpec
+"""An axis-aligned box in a body frame: centre (3,) and half sizes (3,), m (the scene's `BoxSpec`)."""
 
 
 @dataclass(frozen=True)
@@ -72,18 +65,12 @@ class TBlock:
         return sum(b.volume for b in self.boxes())
 
     def inertia(self, mass: float) -> InertiaSpec:
-        """Exact centre of mass and inertia about it, for uniform density and total `mass` kg."""
-        total = np.zeros((3, 3))
-        for box in self.boxes():
-            m = mass * box.volume / self.volume
-            a, b, c = (2 * s for s in box.half)
-            diag = m / 12.0 * np.array([b * b + c * c, a * a + c * c, a * a + b * b])
-            r = np.asarray(box.center)
-            total += np.diag(diag) + m * (np.dot(r, r) * np.eye(3) - np.outer(r, r))
-        return InertiaSpec(
-            com=(0.0, 0.0, 0.0),
-            inertia=(total[0, 0], total[1, 1], total[2, 2], total[0, 1], total[0, 2], total[1, 2]),
-        )
+        """Exact centre of mass and inertia about it, for uniform density and total `mass` kg.
+
+        The centre of mass is the body origin by construction, so it is given as exactly (0, 0, 0); the
+        inertia is `box_union_inertia` of the boxes (whose computed centre differs from 0 only by rounding).
+        """
+        return InertiaSpec(com=(0.0, 0.0, 0.0), inertia=box_union_inertia(self.boxes(), mass).inertia)
 
     def contains(self, points: ArrayLike) -> np.ndarray:
         """Whether body-frame points (N, 3) lie inside the exact shape; bool (N,)."""
@@ -209,6 +196,7 @@ def pusht_scene(config: PushTConfig = PushTConfig()) -> SceneSpec:
         spheres=t.spheres(config.sphere_radius, config.sphere_spacing),
         inertia=t.inertia(config.t_mass),
         color=(0.85, 0.25, 0.2),
+        boxes=t.boxes(),
     )
     return SceneSpec(
         name="pusht",

@@ -1,4 +1,4 @@
-"""`realissim demo`: the main demo, the closed loop on PushT with correction on and off (`apps.demo`)."""
+"""`realissim demo`: the main demo, the closed loop on a task (default PushT), correction on and off (`apps.demo`)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,19 @@ from typing import Annotated
 import tyro
 
 from realissim.apps.demo import LoopDemoConfig
-from realissim.assets.pusht import PushTConfig
-from realissim.cli.common import FAILED, INVALID, fail
+from realissim.cli.common import FAILED, INVALID, TaskChoice, fail
 
 
 @dataclass
 class Demo:
-    """The main demo: the closed Real-is-Sim loop on PushT against a surrogate real world (with a reality gap),
-    run with visual correction on and off; prints the sync metrics side by side and writes a rerun
+    """The main demo: the closed Real-is-Sim loop on a task (default PushT) against a surrogate real world (with a
+    reality gap), run with visual correction on and off; prints the sync metrics side by side and writes a rerun
     recording (demo.rrd), error plots (errors.png), camera views and a report."""
 
     config: Annotated[LoopDemoConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=LoopDemoConfig)
     out: Path | None = Path("runs/demo")
     """Output folder (None: write nothing)."""
-    pusht: PushTConfig = field(default_factory=PushTConfig)
+    task: Annotated[TaskChoice, tyro.conf.OmitArgPrefixes] = field(default_factory=TaskChoice)
     progress: bool = True
     """Show progress bars."""
 
@@ -36,19 +35,19 @@ class Demo:
         from realissim.real.surrogate.gap import load_gap
         from realissim.real.surrogate.process import SurrogateError
         from realissim.spec.errors import SpecError
-        from realissim.tasks import make
 
         try:
             if config.gap is not None:
                 load_gap(config.gap)  # fail here, with the field named, rather than in the surrogate's process
+            task = self.task.make()
         except (SpecError, ValueError) as err:
             return fail("invalid option", err, INVALID)
         try:
-            results = run_loop_demo(config, make("pusht", scene=self.pusht), self.out, self.progress)
+            results = run_loop_demo(config, task, self.out, self.progress)
         except SurrogateError as err:
             return fail("surrogate failed", err, FAILED)
         clock = "real time" if config.realtime else "lock-step"
-        title = f"Closed loop on PushT: gap {config.gap or 'default'}, {clock}, {config.seconds:g} s"
+        title = f"Closed loop on {task.name}: gap {config.gap or 'default'}, {clock}, {config.seconds:g} s"
         print(format_table(results, title + f", hand push at {config.seconds / 2:g} s"))
         if self.out is not None:
             print(f"outputs in {self.out}/: " + ", ".join(results["outputs"]))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
-from realissim.assets.pusht import PushTConfig
-from realissim.cli.common import FAILED, INVALID, fail, print_report
+import tyro
+
+from realissim.cli.common import FAILED, INVALID, TaskChoice, fail, print_report
 
 
 @dataclass
@@ -25,7 +27,7 @@ class Surrogate:
     """Seed of the world's noise and disturbances."""
     out: Path | None = Path("runs/surrogate")
     """Folder for views.png, truth.npz, scene.json, config.json, report.json (None: write nothing)."""
-    pusht: PushTConfig = field(default_factory=PushTConfig)
+    task: Annotated[TaskChoice, tyro.conf.OmitArgPrefixes] = field(default_factory=TaskChoice)
     progress: bool = True
     """Show a progress bar."""
 
@@ -33,7 +35,6 @@ class Surrogate:
         from realissim.apps.surrogate import drive_surrogate
         from realissim.real.surrogate import GapProfile, SurrogateConfig, SurrogateError, load_gap, save_gap
         from realissim.spec.errors import SpecError
-        from realissim.tasks import make
 
         if self.write_gap is not None:
             save_gap(GapProfile(), self.write_gap)
@@ -43,7 +44,13 @@ class Surrogate:
             if self.gap is not None:
                 load_gap(self.gap)  # fail here, with the field named, rather than in the child
             config = SurrogateConfig(gap=self.gap, seed=self.seed, camera_size=self.camera_size)
-            report = drive_surrogate(make("pusht", scene=self.pusht), config, self.seconds, self.out, self.progress)
+            task = self.task.make()
+        except SpecError as err:
+            return fail("invalid reality-gap profile", err, INVALID)
+        except ValueError as err:
+            return fail("invalid option", err, INVALID)
+        try:
+            report = drive_surrogate(task, config, self.seconds, self.out, self.progress)
         except SpecError as err:
             return fail("invalid reality-gap profile", err, INVALID)
         except SurrogateError as err:

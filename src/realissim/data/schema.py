@@ -17,7 +17,7 @@ from typing import Any, Literal
 import numpy as np
 
 import realissim
-from realissim.spec.codec import first_difference, from_dict, to_dict
+from realissim.spec.codec import UNDESCRIBED_OK, first_difference, from_dict, to_dict
 from realissim.spec.errors import SpecError
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
@@ -197,7 +197,7 @@ def meta_mismatch(stored: DatasetMeta, new: DatasetMeta) -> str | None:
             if not math.isclose(a[name], b[name], rel_tol=1e-9):
                 return f"fps (dataset {a[name]!r}, new {b[name]!r})"
             continue
-        where = first_difference(a[name], b[name], name, ("dataset", "new"))
+        where = first_difference(a[name], b[name], name, ("dataset", "new"), UNDESCRIBED_OK)
         if where is not None:
             return where
     return None

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -43,6 +44,9 @@ from realissim.spec.scene import SceneSpec
 from realissim.tasks.pusht import coverage
 from realissim.twin.kinematics import PusherIK
 from realissim.twin.physics import PhysicsConfig
+
+if TYPE_CHECKING:
+    import mujoco
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +195,10 @@ class PushTExpert:
         return cls(scene, replace(PushTExpertConfig(), **settings))  # type: ignore[arg-type]
 
     # -- policy ---------------------------------------------------------------------------------------------
+
+    def planning_models(self) -> tuple[mujoco.MjModel, ...]:
+        """The push model's MuJoCo model (`PlansInPhysics`): randomised object dynamics must reach it too."""
+        return (self.model.model,)
 
     def reset(self) -> None:
         self._plan: np.ndarray | None = None

@@ -24,7 +24,7 @@ from realissim.learn.observations import require_finite
 from realissim.learn.unet import FilmForward
 from realissim.policy.base import ActionChunk, Observation
 from realissim.policy.factory import ObservationNeeds
-from realissim.spec.codec import first_difference, from_dict
+from realissim.spec.codec import UNDESCRIBED_OK, first_difference, from_dict
 from realissim.spec.errors import SpecError
 from realissim.spec.io import scene_from_dict, scene_to_dict
 from realissim.spec.scene import SceneSpec
@@ -215,7 +215,7 @@ class FlowPolicy:
         the policy depends on (its encoder's `scene_parts`: robot, objects, goals; cameras for images)."""
         a, b = scene_to_dict(self.scene), scene_to_dict(scene)
         for part in self.model.encoder.scene_parts:
-            where = first_difference(a.get(part), b.get(part), f"scene.{part}", ("trained", "given"))
+            where = first_difference(a.get(part), b.get(part), f"scene.{part}", ("trained", "given"), UNDESCRIBED_OK)
             if where is not None:
                 raise CheckpointError(f"{self.path}: incompatible scene: {where}")
 

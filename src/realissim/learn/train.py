@@ -33,7 +33,7 @@ from realissim.learn.checkpoint import CheckpointError, load_checkpoint, save_ch
 from realissim.learn.config import LEGACY_MODEL_FIELDS, TrainConfig
 from realissim.learn.dataset import ChunkSamples, build_samples, fingerprint, open_training_data, split_episodes
 from realissim.learn.model import FlowPolicyModel, build_model, model_fields_in_use
-from realissim.spec.codec import first_difference, to_dict
+from realissim.spec.codec import UNDESCRIBED_OK, first_difference, to_dict
 from realissim.spec.io import scene_to_dict
 from realissim.util.torch_threads import torch_settings
 
@@ -230,7 +230,9 @@ def _adopt_state_policy(
                                   "policy_from_any_dataset adopts it all the same)")  # fmt: skip
         here = scene_to_dict(any_dataset.meta.scene)
         for part in ("robot", "objects", "goals"):
-            where = first_difference(trained_scene.get(part), here.get(part), f"scene.{part}", ("state policy", "data"))
+            where = first_difference(
+                trained_scene.get(part), here.get(part), f"scene.{part}", ("state policy", "data"), UNDESCRIBED_OK
+            )
             if where is not None:
                 raise CheckpointError(f"{path}: policy_from was trained in another scene: {where}")
         log.info("adopting %s, trained on %s (another dataset of the same scene)", path, meta["dataset"].get("path"))

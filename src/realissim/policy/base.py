@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -125,6 +125,16 @@ class Policy(Protocol):
 
     def act(self, observation: Observation) -> ActionChunk:
         """The next chunk of desired joints for `observation`."""
+        ...
+
+
+@runtime_checkable
+class PlansInPhysics(Protocol):
+    """A policy that plans in its own copy of the scene's physics (a model-based expert): whoever changes the
+    objects' dynamics in the twin (domain randomisation) changes them in these models too."""
+
+    def planning_models(self) -> tuple[Any, ...]:
+        """The `mujoco.MjModel`s the policy plans in; each holds the scene's objects under their scene names."""
         ...
 
 

@@ -15,6 +15,7 @@ from realissim.spec.io import (
     to_json,
 )
 from realissim.spec.scene import (
+    BoxSpec,
     CameraSpec,
     GaussianSetSpec,
     GoalSpec,
@@ -30,6 +31,7 @@ from realissim.spec.scene import (
 )
 
 __all__ = [
+    "BoxSpec",
     "CameraSpec",
     "GaussianSetSpec",
     "GoalSpec",

@@ -3,7 +3,8 @@
 The type hints of a dataclass are its schema: every field is converted and checked against its
 declared type, unknown and missing keys are rejected, and any `SpecError` raised by a dataclass's own
 semantic checks (its `__post_init__`) is re-raised with the full field path, so the caller sees one
-error that names the field and the reason.
+error that names the field and the reason. A dataclass may list keys of an older format it no longer reads in
+a class attribute `RETIRED_KEYS` (key → what replaced it); such a key is an error that says so.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import math
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union
 
 from realissim.spec.errors import SpecError
@@ -116,7 +118,10 @@ def from_dict(cls: type[T], data: Any, path: str = "") -> T:
     if not isinstance(data, dict):
         raise SpecError(path or "<root>", f"must be an object, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    retired: Mapping[str, str] = getattr(cls, "RETIRED_KEYS", {})
     for key in data:
+        if key in retired and key not in fields:
+            raise SpecError(join_path(path, str(key)), f"key of an older format, no longer read: {retired[key]}")
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -145,18 +150,33 @@ def to_dict(spec: Any) -> Any:
     return spec
 
 
-def first_difference(a: Any, b: Any, path: str, labels: tuple[str, str] = ("old", "new")) -> str | None:
+UNDESCRIBED_OK = frozenset({"boxes"})
+"""Keys a description may lack (or hold null for) and still match one that has them: what older descriptions did
+not describe. An object's `boxes` (its exact shape) are descriptive: the twin's physics collides on its spheres, and
+datasets and checkpoints written before objects carried their shape remain usable."""
+
+
+def first_difference(
+    a: Any,
+    b: Any,
+    path: str,
+    labels: tuple[str, str] = ("old", "new"),
+    undescribed_ok: frozenset[str] = frozenset(),
+) -> str | None:
     """The first place (dotted path from `path`, e.g. "scene.objects[0].mass") where JSON values `a` and `b`
-    differ, with both values under `labels`; None if they are equal (a bool never equals a number)."""
+    differ, with both values under `labels`; None if they are equal (a bool never equals a number). A key in
+    `undescribed_ok` that either side lacks or holds null for matches whatever the other holds (`UNDESCRIBED_OK`)."""
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
-            where = first_difference(a.get(key), b.get(key), f"{path}.{key}", labels)
+            if key in undescribed_ok and (a.get(key) is None or b.get(key) is None):
+                continue
+            where = first_difference(a.get(key), b.get(key), f"{path}.{key}", labels, undescribed_ok)
             if where is not None:
                 return where
         return None
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b)):
-            where = first_difference(x, y, f"{path}[{i}]", labels)
+            where = first_difference(x, y, f"{path}[{i}]", labels, undescribed_ok)
             if where is not None:
                 return where
         return None

@@ -158,6 +158,27 @@ class SphereSetSpec:
 
 
 @dataclass(frozen=True)
+class BoxSpec:
+    """An axis-aligned box in a body frame: centre `center` (3,), m, and half sizes `half` (3,), m, along the
+    body's x, y and z axes."""
+
+    center: Vec3
+    """Centre of the box in the body frame, m."""
+    half: Vec3
+    """Half the box's extent along body x, y and z, m (each > 0)."""
+
+    def __post_init__(self) -> None:
+        _require(all(math.isfinite(c) for c in self.center), "center", f"must be finite, got {list(self.center)}")
+        finite_positive = all(math.isfinite(h) and h > 0 for h in self.half)
+        _require(finite_positive, "half", f"half sizes must be finite and > 0, got {list(self.half)}")
+
+    @property
+    def volume(self) -> float:
+        """m³."""
+        return 8.0 * self.half[0] * self.half[1] * self.half[2]
+
+
+@dataclass(frozen=True)
 class InertiaSpec:
     """Mass distribution: centre of mass (m, body frame) and inertia about it (kg·m², body axes)."""
 
@@ -211,7 +232,11 @@ _GAUSSIAN_FIELDS = ("means", "quats", "scales", "colors", "opacities")
 
 @dataclass(frozen=True)
 class ObjectSpec:
-    """A rigid object: a free body with sphere collision geometry."""
+    """A rigid object: a free body with sphere collision geometry and, optionally, its exact shape as boxes.
+
+    The twin collides on `spheres` whatever `boxes` says; `boxes` describes the true shape, for what draws the
+    object (procedural Gaussians) and for a simulated real world that collides on it.
+    """
 
     name: str
     pose: Pose
@@ -227,6 +252,9 @@ class ObjectSpec:
     """Appearance: inline, or a path (relative to the scene file) to an .npz with the same keys."""
     color: Vec3 = (0.8, 0.3, 0.2)
     """Base RGB colour in [0, 1] for rasterised views."""
+    boxes: tuple[BoxSpec, ...] | None = None
+    """The object's exact shape as a union of axis-aligned boxes in its body frame (m; they may touch or
+    overlap); None: its sphere set is its shape."""
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -235,6 +263,7 @@ class ObjectSpec:
         _require(min(self.color) >= 0.0 and max(self.color) <= 1.0, "color", "must lie in [0, 1]")
         if isinstance(self.gaussians, str):
             _require(bool(self.gaussians.strip()), "gaussians", "reference must be a non-empty path")
+        _require(self.boxes is None or len(self.boxes) > 0, "boxes", "must hold at least one box (or be null)")
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ Format (SI units: m, kg, s, rad; px for image coordinates; intensities on the 0�
 
     {
       "objects": [                        # matched by object name; "*" = every object not named
-        {"name": "tblock", "t_block": {"bar_length": 0.2, ...},   # exact T boxes (null: sphere set)
+        {"name": "tblock", "shape": "exact", "boxes": null,   # collides on the scene object's described boxes
          "friction_scale": 0.85, "mass_scale": 1.1, "com_offset": [0.004, -0.003, 0.0]},
-        {"name": "*", "friction_scale": 1.15, "mass_scale": 1.08, "com_offset": [0.002, 0.002, 0.0]}
+        {"name": "*", "shape": "spheres", "friction_scale": 1.15, "mass_scale": 1.08,
+         "com_offset": [0.002, 0.002, 0.0]}
       ],
       "arm": {"control_rate": 1000.0, "kp": [7 values], "kv": [7 values], "latency": 0.004,
               "joint_friction": [7 values], "joint_offset": [7 values], "gravity_compensation": 1.0,
@@ -33,6 +34,11 @@ Format (SI units: m, kg, s, rad; px for image coordinates; intensities on the 0�
       "version": 1
     }
 
+An object's real shape is "exact" (its exact shape as the scene describes it, `ObjectSpec.boxes`; an object
+described without boxes is its sphere set) or "spheres" (the twin's sphere set even where boxes are described);
+`boxes` ([{"center": [x, y, z], "half": [hx, hy, hz]}, ...], body frame, m) gives a real shape that differs
+from the description. A key an older format had is an error that says what replaced it (`ObjectGap.RETIRED_KEYS`).
+
 Calibration errors are what reality adds to what the twin is told: the true camera pose is
 X_WC_told · [R(rotation_error) | translation_error] (both in the told camera's frame), the true focal
 lengths are the told ones × focal_scale, the true principal point is the told one + principal_offset.
@@ -41,14 +47,15 @@ The arm's encoders read q_true + joint_offset; its controller drives the encoder
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from realissim.assets.pusht import TBlock
 from realissim.spec.codec import from_dict, to_dict
 from realissim.spec.errors import SpecError
 from realissim.spec.io import from_json, load_json, save_json, to_json
+from realissim.spec.scene import BoxSpec
 
 Vec2 = tuple[float, float]
 Vec3 = tuple[float, float, float]
@@ -83,28 +90,51 @@ def _check_name(name: str) -> None:
     _require(bool(name.strip()), "name", "must be a non-empty name (or '*')")
 
 
+ObjectShape = Literal["exact", "spheres"]
+"""What a real object collides on (`ObjectGap.shape`)."""
+
+
 @dataclass(frozen=True)
 class ObjectGap:
-    """The real object behind one scene object: its exact shape and its true physical parameters."""
+    """The real object behind one scene object: its shape and its true physical parameters.
+
+    The real centre of mass is the described one (`ObjectSpec.inertia`, else uniform density over the spheres)
+    moved by `com_offset`, and by as much as a shape gap (`boxes`) moves the centroid of the described shape. The
+    real inertia about it is that of uniform density over the real boxes at the true mass, or for the sphere set
+    the described inertia scaled by the mass ratio.
+    """
+
+    RETIRED_KEYS: ClassVar[Mapping[str, str]] = {
+        "t_block": 'replaced by "shape" and "boxes": "shape": "exact" collides on the scene object\'s described '
+        'boxes (as a t_block with the T\'s dimensions did), "shape": "spheres" on its sphere set (as "t_block": '
+        'null did); "boxes" gives a real shape other than the described one'
+    }
+    """Keys of older profiles that are no longer read, and what replaced them (see `realissim.spec.codec`)."""
 
     name: str = WILDCARD
     """Scene object this entry applies to; "*" applies to every object without its own entry."""
-    t_block: TBlock | None = None
-    """Exact collision geometry: the T's boxes with these dimensions (m); null: the scene's sphere set."""
+    shape: ObjectShape = "exact"
+    """What the real object collides on. "exact": its exact shape: `boxes` below if given, else the scene object's
+    described boxes (`ObjectSpec.boxes`); an object described without boxes has its sphere set as its exact shape
+    and collides on it. "spheres": the scene object's sphere set (the twin's own collision geometry), even where
+    boxes are described."""
+    boxes: tuple[BoxSpec, ...] | None = None
+    """A shape gap: the real object's exact shape as axis-aligned boxes in its body frame (m), in place of the
+    described one; null: as described. Only with shape "exact"."""
     friction_scale: float = 1.0
     """True sliding friction = scene friction × this."""
     mass_scale: float = 1.0
     """True mass = scene mass × this (inertia scales with it)."""
     com_offset: Vec3 = (0.0, 0.0, 0.0)
-    """True centre of mass − described centre of mass, body frame, m."""
+    """True centre of mass − described centre of mass, body frame, m (beyond what a shape gap moves it)."""
 
     def __post_init__(self) -> None:
         _check_name(self.name)
         _positive(self, "friction_scale", "mass_scale")
-        if self.t_block is not None:
-            t = self.t_block
-            dims = (t.bar_length, t.bar_width, t.stem_width, t.stem_length, t.height)
-            _require(min(dims) > 0, "t_block", f"dimensions must be > 0, got {dims}")
+        _require(self.shape in ("exact", "spheres"), "shape", f"must be 'exact' or 'spheres', got {self.shape!r}")
+        if self.boxes is not None:
+            _require(len(self.boxes) > 0, "boxes", "must hold at least one box (or be null)")
+            _require(self.shape == "exact", "boxes", f"a real shape needs shape 'exact', not {self.shape!r}")
 
 
 @dataclass(frozen=True)
@@ -256,10 +286,8 @@ class GapProfile:
     """The whole reality gap of a surrogate world; the defaults are the shipped default profile."""
 
     objects: tuple[ObjectGap, ...] = (
-        ObjectGap(
-            name="tblock", t_block=TBlock(), friction_scale=0.85, mass_scale=1.1, com_offset=(0.004, -0.003, 0.0)
-        ),
-        ObjectGap(name=WILDCARD, friction_scale=1.15, mass_scale=1.08, com_offset=(0.002, 0.002, 0.0)),
+        ObjectGap(name="tblock", friction_scale=0.85, mass_scale=1.1, com_offset=(0.004, -0.003, 0.0)),
+        ObjectGap(name=WILDCARD, shape="spheres", friction_scale=1.15, mass_scale=1.08, com_offset=(0.002, 0.002, 0.0)),
     )
     """Per object, by name; objects matching no entry are as described."""
     arm: ArmGap = field(default_factory=ArmGap)

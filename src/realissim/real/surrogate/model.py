@@ -2,11 +2,12 @@
 
 The model starts from the twin's (`realissim.assets.mjcf.scene_to_mjcf`, so kinematics, inertias and
 collision classes agree) and then takes on the reality gap: objects get their true mass, centre of
-mass, friction and exact shape (the T as its two boxes, not spheres); the arm's position servos are
-replaced by torque motors driven by `ArmController` (a 1 kHz PD loop with latency, finite gains and
-joint friction); cameras are placed where they truly are; and the scene gets textured, lit materials
-so MuJoCo's OpenGL renderer draws a table scene rather than flat colours. The cameras' own image
-formation (exposure, white balance, noise) and the occluding hand are here too.
+mass, friction and shape (by default the exact shape the scene describes, `ObjectSpec.boxes`, where the
+twin collides on spheres); the arm's position servos are replaced by torque motors driven by
+`ArmController` (a 1 kHz PD loop with latency, finite gains and joint friction); cameras are placed
+where they truly are; and the scene gets textured, lit materials so MuJoCo's OpenGL renderer draws a
+table scene rather than flat colours. The cameras' own image formation (exposure, white balance,
+noise) and the occluding hand are here too.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from realissim.assets import panda
-from realissim.assets.mass import sphere_union_inertia
+from realissim.assets.mass import box_union_inertia, sphere_union_inertia
 from realissim.assets.mjcf import GROUND_GEOM, KEYFRAME_HOME, MjcfOptions, scene_to_mjcf
 from realissim.geometry import axis_angle_quat, mat_to_quat, quat_to_mat
-from realissim.real.surrogate.gap import WILDCARD, ArmGap, CameraGap, GapProfile, LightingGap
+from realissim.real.surrogate.gap import WILDCARD, ArmGap, CameraGap, GapProfile, LightingGap, ObjectGap
 from realissim.spec.board import DotBoard
 from realissim.spec.errors import SpecError
-from realissim.spec.scene import CameraSpec, InertiaSpec, ObjectSpec, SceneSpec
+from realissim.spec.scene import BoxSpec, CameraSpec, InertiaSpec, ObjectSpec, SceneSpec
 
 log = logging.getLogger(__name__)
 
@@ -166,18 +167,41 @@ def _add_looks(root: ET.Element, scene: SceneSpec, light: LightingGap, offsize: 
         _sub(asset, "material", name=f"{obj.name}_material", rgba=(*obj.color, 1.0), specular=0.3, shininess=0.4)
 
 
-def _object_inertia(obj: ObjectSpec, mass: float, shape: InertiaSpec | None) -> InertiaSpec:
-    if shape is not None:
-        return shape
-    base = obj.inertia or sphere_union_inertia(obj.spheres, obj.mass)
-    return InertiaSpec(com=base.com, inertia=tuple(v * mass / obj.mass for v in base.inertia))  # type: ignore[arg-type]
+def _real_boxes(obj: ObjectSpec, og: ObjectGap) -> tuple[BoxSpec, ...] | None:
+    """The boxes (body frame, m) the real object collides on; None: its sphere set."""
+    if og.shape == "spheres":
+        return None
+    if og.boxes is not None:
+        return og.boxes
+    if obj.boxes is None:
+        log.debug("object %r is described without boxes: its exact shape is its sphere set", obj.name)
+    return obj.boxes
+
+
+def _real_inertia(obj: ObjectSpec, og: ObjectGap, mass: float, boxes: tuple[BoxSpec, ...] | None) -> InertiaSpec:
+    """The real object's centre of mass (body frame, m; before `og.com_offset`) and inertia about it (kg·m²) at
+    its true `mass` kg, as `ObjectGap` states: the described centre of mass (moved with the centroid by a shape
+    gap); uniform density over `boxes`, or the described inertia scaled by the mass ratio for the sphere set."""
+    described = obj.inertia or sphere_union_inertia(obj.spheres, obj.mass)
+    if boxes is None:
+        return InertiaSpec(com=described.com, inertia=tuple(v * mass / obj.mass for v in described.inertia))  # type: ignore[arg-type]
+    real = box_union_inertia(boxes, mass)
+    if og.boxes is None:
+        return InertiaSpec(com=described.com, inertia=real.inertia)
+    if obj.boxes is not None:
+        shape = box_union_inertia(obj.boxes, obj.mass)
+    else:
+        shape = sphere_union_inertia(obj.spheres, obj.mass)
+    com = np.asarray(described.com) + np.asarray(real.com) - np.asarray(shape.com)
+    return InertiaSpec(com=(float(com[0]), float(com[1]), float(com[2])), inertia=real.inertia)
 
 
 def _real_object(body: ET.Element, obj: ObjectSpec, gap: GapProfile) -> None:
     """Give an object body (as the twin's MJCF wrote it) its true shape, mass, COM and friction."""
     og = gap.object_gap(obj.name)
     mass = obj.mass * og.mass_scale
-    inertia = _object_inertia(obj, mass, og.t_block.inertia(mass) if og.t_block is not None else None)
+    boxes = _real_boxes(obj, og)
+    inertia = _real_inertia(obj, og, mass, boxes)
     # The inertia about the COM is kept when the COM is displaced: the offset is a few mm.
     com = np.asarray(inertia.com) + np.asarray(og.com_offset)
     inertial = body.find("inertial")
@@ -190,14 +214,14 @@ def _real_object(body: ET.Element, obj: ObjectSpec, gap: GapProfile) -> None:
     friction[0] = obj.friction * og.friction_scale
     common = {k: template[k] for k in ("priority", "contype", "conaffinity")}
     common.update(friction=" ".join(map(repr, friction)), material=f"{obj.name}_material", mass="0")
-    if og.t_block is None:
+    if boxes is None:
         for g in spheres:
             g.attrib.pop("rgba", None)
             g.attrib.update(common)
         return
     for g in spheres:
         body.remove(g)
-    for k, box in enumerate(og.t_block.boxes()):
+    for k, box in enumerate(boxes):
         _sub(body, "geom", name=f"{obj.name}_box{k}", type="box", pos=box.center, size=box.half, **common)
 
 
