@@ -97,6 +97,9 @@ class FrameInfo:
     progress: np.ndarray
     """() or (B,) the policy's progress at this frame (interpolated between its waypoints)."""
     report: FrameReport | None = None
+    late_s: float = float("nan")
+    """Real time: how late the frame started against its wall-clock due time (the episode's start + the frames
+    before it × the frame period), s; NaN in lock-step. A frame is on time when this is under one frame period."""
 
     @property
     def state(self) -> TwinState:
@@ -223,18 +226,23 @@ class Env:
         while k < n:
             due = self._due(n - k) if realtime else 1
             for j in range(due):
-                report = self.runtime.frame(targets[k + j], correct=j == 0)
+                late = time.monotonic() - self._wall0 - self._frame * self.dt if realtime else float("nan")
+                report = self.runtime.frame(targets[k + j], correct=j == 0 or self.runtime.beside)
                 self._frame += 1
                 self._last = report
                 if observer is not None:
                     observer(
                         FrameInfo(self, self._frame, report.state.time, report.state, targets[k + j],
-                                  progress[k + j], report)
+                                  progress[k + j], report, late)
                     )  # fmt: skip
             k += due
         self._command = targets[-1]
         info = StepInfo(n, float(self.runtime.twin.data.time), progress, self.runtime.desynced)
         return self.observe(), info
+
+    def close(self) -> None:
+        """Stop the runtime's correction thread, if it has one (the world is its owner's to close)."""
+        self.runtime.close()
 
     def _due(self, left: int) -> int:
         """Real time: wait if ahead of the wall clock; else how many frames are due now (≥ 1, ≤ left)."""

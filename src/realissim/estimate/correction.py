@@ -232,13 +232,13 @@ class VisualCorrection:
             raise ValueError(f"frame_dt: must be > 0, got {frame_dt}")
         if held_frames < 1:
             raise ValueError(f"held_frames: must be ≥ 1, got {held_frames}")
-        self._spring_scale = 1.0 / held_frames**2
-        self._rigid_gains = self._spring_scale * np.array([config.stiffness] * 3 + [config.rot_stiffness] * 3)
-        """rigid (6,): the pull per metre found (N/m) and per radian turned (N·m/rad), for the frames held; the
-        integral's pull uses it too."""
-        self._sharpen = config.rest_eps2d is not None and held_frames == 1
-        """Whether `rest_eps2d` applies (see there)."""
         self.views, self.model, self.config = views, model, config
+        self._physics_dt = frame_dt / held_frames
+        self.damp_in_wrench = True
+        """Whether the wrench includes the damping against the objects' velocity (rigid mode). A correction running
+        beside the loop leaves it out: its velocities are a few frames old by the time the wrench acts, and the loop
+        damps with the current ones instead (`damping_wrench`)."""
+        self.set_held_frames(held_frames, frame_dt)
         self._kin = mujoco.MjData(model)
         mask = views.object_mask
         self._obj = torch.nonzero(mask).squeeze(-1)
@@ -256,14 +256,52 @@ class VisualCorrection:
         rot = np.minimum(2 * config.damping_ratio * np.sqrt(config.rot_stiffness * inertia), inertia / frame_dt)
         self._damping = np.concatenate([np.repeat(lin, 3, axis=1), np.repeat(rot, 3, axis=1)], axis=1)
         """(K,6) damping per body: N·s/m on linear and N·m·s/rad on angular velocity."""
-        self._frame_dt = frame_dt
-        self._physics_dt = frame_dt / held_frames
         self._accumulated = np.zeros((len(self.object_bodies), 6))
         """rigid: the leaky sum of found translations (m) and rotations (rad), (K,6)."""
         self._touching = np.zeros(len(self.object_bodies), dtype=bool)
         """Whether each object touched the arm or another object at the last correction (`release_integral`)."""
         self._still = 0
         """Consecutive frames the objects were still and found where the twin has them (`rest_eps2d`)."""
+
+    @property
+    def held_frames(self) -> int:
+        """Physics frames one wrench is held for (see `__init__`)."""
+        return self._held_frames
+
+    def set_held_frames(self, held_frames: int, frame_dt: float | None = None) -> None:
+        """Scale the spring and the integral for a wrench held `held_frames` physics frames from now on (see
+        `__init__`; `frame_dt` the period, s, default `held_frames` physics frames): a correction beside the loop
+        sets the period it measures. The damping keeps the cap of `__init__`'s period."""
+        if held_frames < 1:
+            raise ValueError(f"held_frames: must be ≥ 1, got {held_frames}")
+        cfg = self.config
+        self._held_frames = held_frames
+        self._frame_dt = self._physics_dt * held_frames if frame_dt is None else frame_dt
+        self._spring_scale = 1.0 / held_frames**2
+        self._rigid_gains = self._spring_scale * np.array([cfg.stiffness] * 3 + [cfg.rot_stiffness] * 3)
+        """rigid (6,): the pull per metre found (N/m) and per radian turned (N·m/rad), for the frames held; the
+        integral's pull uses it too."""
+        self._sharpen = cfg.rest_eps2d is not None and held_frames == 1
+        """Whether `rest_eps2d` applies (see there)."""
+
+    def damping_wrench(self, velocity: ArrayLike) -> np.ndarray:
+        """Rigid mode's damping (K,6) against the objects' velocity (K,6) [linear m/s, angular rad/s], world frame:
+        what the wrench includes when `damp_in_wrench`."""
+        return -np.asarray(velocity, dtype=np.float64) * self._damping
+
+    def damped(self, pull: ArrayLike, twin: TwinPhysics) -> np.ndarray:
+        """A wrench found without damping (`damp_in_wrench` False) as it acts now: `pull` (K,6) plus the damping
+        against the objects' current velocity in `twin`, its in-plane part while an object rests on static geometry
+        (`planar_on_support`, from `twin`'s contacts now), capped at `max_force`; world frame, at the COMs."""
+        now = twin.state()
+        wrench = np.asarray(pull, dtype=np.float64) + self.damping_wrench(
+            np.concatenate([now.object_linvel, now.object_angvel], axis=1)
+        )
+        if self.config.planar_on_support:
+            support = support_normals(self.model, twin.data, self.object_bodies, self.config.support_margin)
+            wrench = planar_wrenches(wrench, support)
+        norm = np.linalg.norm(wrench[:, :3], axis=1, keepdims=True)
+        return wrench * np.minimum(1.0, self.config.max_force / np.maximum(norm, 1e-12))
 
     def reset(self) -> None:
         """Forget what accumulated over the frames (a new episode)."""
@@ -472,7 +510,7 @@ class VisualCorrection:
             pull = self._rigid_gains * cfg.integral * self._physics_dt * self._accumulated
             limit = np.array([cfg.max_force] * 3 + [np.inf] * 3)
             wrench += np.clip(pull, -limit, limit)
-        if velocity is not None:
+        if velocity is not None and self.damp_in_wrench:
             wrench -= np.asarray(velocity, dtype=np.float64) * self._damping
         return wrench, np.linalg.norm(found, axis=1), np.linalg.norm(found[:, :2], axis=1), losses
 

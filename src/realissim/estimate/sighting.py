@@ -307,7 +307,7 @@ def _on_plane(rays: np.ndarray, origin: np.ndarray, pixels: np.ndarray, height: 
     return origin[:2] + t[:, None] * d[:, :2]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _splat_kernel(local, body, radius, rot, pos, Ks, X_CW, near, winner, depth):  # pragma: no cover - numba
     """Depth-tested discs: Gaussian g (local mean on body `body[g]`, placed by rot/pos) covers every pixel of
     camera c whose centre lies within f·radius[g]/z px (at least MIN_RADIUS) of its projected mean; the
@@ -338,7 +338,7 @@ def _splat_kernel(local, body, radius, rot, pos, Ks, X_CW, near, winner, depth):
                         winner[c, j, i] = g
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _classify_kernel(
     images, refs, owner, limit, n_objects, n_plain, gate, tol2, min_sum, winner, label, seen, expected
 ):  # pragma: no cover

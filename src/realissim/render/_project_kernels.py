@@ -17,7 +17,7 @@ from numba import njit, prange
 from realissim.render.common import FOV_CLAMP
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _rotmat(q0, q1, q2, q3):
     """Row-major rotation entries of the normalised quaternion wxyz, that unit quaternion, and |q|."""
     n = math.sqrt(q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3)
@@ -30,7 +30,7 @@ def _rotmat(q0, q1, q2, q3):
     return r, (w, x, y, z), n
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _sandwich_nt(A, S):
     """A S Aᵀ as a 6-tuple, for a 3×3 array A and symmetric S as a 6-tuple."""
     s0, s1, s2, s3, s4, s5 = S
@@ -56,7 +56,7 @@ def _sandwich_nt(A, S):
     )
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _sandwich_t(A, S):
     """Aᵀ S A as a 6-tuple, for a 3×3 array A and symmetric S as a 6-tuple."""
     s0, s1, s2, s3, s4, s5 = S
@@ -82,7 +82,7 @@ def _sandwich_t(A, S):
     )
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _limits(K, width, height):
     """FOV clamp limits (x+, x−, y+, y−) on x/z and y/z."""
     fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
@@ -94,7 +94,7 @@ def _limits(K, width, height):
     )
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _project_one(mean, q, s, R, t_cw, K, lims, eps2d):
     """Camera point, Σ_world, Σc, Jacobian, clamp flags and 2D covariance of one Gaussian in one camera."""
     t = (
@@ -128,7 +128,7 @@ def _project_one(mean, q, s, R, t_cw, K, lims, eps2d):
     return t, r, qn, qlen, sc, J, (jx, jy, cu != u, cv != v), T0, T1, (a, b, d)
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def project_forward(
     means, quats, scales, R_CW, t_CW, Ks, width, height, near, far, eps2d, mean2d, conic, depth, radius
 ):
@@ -161,7 +161,7 @@ def project_forward(
             radius[c, i] = rad
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _grad_m(gs, r):
     """2 G_Σ Rq (row-major 9-tuple) from dL/dΣ_world gs (6-tuple): dL/dM = this · S for M = Rq S."""
     return (
@@ -177,7 +177,7 @@ def _grad_m(gs, r):
     )
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def project_backward(means, quats, scales, R_CW, t_CW, Ks, width, height, radius, conic, g_mean2d, g_conic, g_depth):
     """Gradients (N,3), (N,4), (N,3) for means, quats, scales from those of mean2d, conic and depth (the low-pass
     eps2d is a constant of the covariance: its gradient goes through `conic`, so it is not needed here)."""

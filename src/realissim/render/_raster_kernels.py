@@ -28,7 +28,7 @@ N_GRAD = 10
 """Per-intersection gradient slots: mean2d x, y; conic a, b, c; opacity; r, g, b; depth."""
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _footprint(mx, my, rad, ca, cb, cc, opacity, width, height):
     """Inclusive pixel range (x0, x1, y0, y1) a Gaussian can touch: pixel centres in its square of
     half-size `rad`, tightened to the ellipse where its alpha can reach ALPHA_MIN (plus one pixel for
@@ -46,7 +46,7 @@ def _footprint(mx, my, rad, ca, cb, cc, opacity, width, height):
     return x0, x1, y0, y1
 
 
-@njit(cache=True, parallel=True, error_model="numpy")
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy")
 def bin_tiles(mean2d, conic, opac, radius, depth, width, height):
     """Bin visible Gaussians into tiles in depth order (ties by index).
 
@@ -98,7 +98,7 @@ def balanced_order(offsets: np.ndarray, n_threads: int) -> np.ndarray:
     return np.concatenate([by_work[i::n_threads] for i in range(n_threads)])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _tile_bounds(job, width, height):
     """Camera index and pixel bounds [x0, x1) × [y0, y1) of flat tile index `job`."""
     tiles_x = (width + TILE - 1) // TILE
@@ -110,7 +110,7 @@ def _tile_bounds(job, width, height):
     return c, x0, min(x0 + TILE, width), y0, min(y0 + TILE, height)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _nearest_static(s_depth, c, px0, px1, py0, py1):
     """Smallest static-layer depth in a tile (+inf when the tile has none)."""
     near = np.inf
@@ -120,7 +120,7 @@ def _nearest_static(s_depth, c, px0, px1, py0, py1):
     return near
 
 
-@njit(cache=True, parallel=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy", fastmath=_FAST)
 def raster_forward(
     mean2d, conic, opac, colors, depth, rect, offsets, ids, order, s_alpha, s_feat, s_depth, acc, t_final
 ):
@@ -201,7 +201,7 @@ def raster_forward(
                 t_final[c, y, x] = abs(t)
 
 
-@njit(cache=True, parallel=True, error_model="numpy", fastmath=_FAST)
+@njit(cache=True, nogil=True, parallel=True, error_model="numpy", fastmath=_FAST)
 def raster_backward(
     mean2d,
     conic,
@@ -312,7 +312,7 @@ def raster_backward(
     return grads
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def reduce_grads(grads, offsets, ids, n_cams, n):
     """Sum per-intersection gradients per Gaussian in a fixed order.
 

@@ -171,6 +171,12 @@ class RuntimeConfig:
     """Run the visual correction on every n-th frame only and hold its wrench on the frames between (scaled so the
     impulse is the same). The correction is most of an online frame's cost (docs/decisions.md, "Held wrenches").
     The desync detector's counts are per corrected frame, so its times in seconds stay the same."""
+    correct_beside: bool | None = None
+    """Run the correction and its supervision in a thread of their own beside the frame loop, on a replica of the
+    twin (`runtime.beside`): physics, the follower and the policy's targets keep the frame rate whatever the
+    correction costs; each result is applied when it arrives, its wrench held for the frames measured between two
+    corrections (the spring, integral and detector scaled to that period) and damped with the objects' velocity
+    then. None: beside when the world runs on the wall clock, inline in lock-step (deterministic)."""
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     arm: ArmConfig = field(default_factory=ArmConfig)

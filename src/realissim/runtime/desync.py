@@ -130,6 +130,19 @@ class DesyncDetector:
         self._recent: deque[float] = deque(maxlen=self.counts.frames)
         self._recent_overlap: deque[float] = deque(maxlen=self.counts.frames)
 
+    def set_period(self, frame_dt: float) -> None:
+        """Count the config's times in frames of `frame_dt` s from now on (a correction beside the loop feeds the
+        detector at the rate it manages, which it measures): the baselines and recent values keep their latest
+        entries, the running counts carry on."""
+        counts = self.config.counts(frame_dt)
+        if counts == self.counts:
+            return
+        self.counts = counts
+        self._baseline = deque(self._baseline, maxlen=counts.baseline_window)
+        self._overlaps = deque(self._overlaps, maxlen=counts.baseline_window)
+        self._recent = deque(self._recent, maxlen=counts.frames)
+        self._recent_overlap = deque(self._recent_overlap, maxlen=counts.frames)
+
     def restart(self) -> None:
         """A new episode: in sync, no events, counters cleared; the learned baseline (a property of the cameras
         and the scene's look, not of the episode) is kept."""
@@ -189,6 +202,7 @@ class DesyncDetector:
         distance: float | None = None,
         overlap: float | None = None,
         check: Callable[[], bool] | None = None,
+        frame: int | None = None,
     ) -> bool:
         """Add one frame: the photometric residual, whether the visual force hit its cap, and (optional) how
         far the seen object stands from the twin's, m, and how well their shapes overlap (IoU in [0, 1]) (None
@@ -197,12 +211,16 @@ class DesyncDetector:
         `check` (optional) is asked only when this frame's evidence would fire: it returns whether the loss is
         confirmed (the runtime searches the images: `SupervisionConfig.alarm_check`). When it returns False the
         detector stays in sync, records the frame in `vetoes` and starts its firing counts afresh, as `clear`
-        does: the evidence must build again before the next check.
+        does: the evidence must build again before the next check. `frame` numbers this frame in `events`, `vetoes`
+        and the log (the loop's frames since the reset, before this one; None: the count of updates since the
+        restart, which is the same while every frame is fed).
 
         Each way to fire (residual, force, distance, overlap) counts its own consecutive frames. A fire starts the
         re-arm count afresh and a re-arm the firing counts: a re-arm needs `frames` agreeing frames after the
         fire, and a new fire needs fresh evidence after the re-arm. While a low overlap lasts the detector stays
         fired until a search confirms the twin (as with the distance)."""
+        if frame is not None:
+            self._frame = frame
         cfg = self.config
         base = self.baseline
         d = float("nan") if distance is None else float(distance)

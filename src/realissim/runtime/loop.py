@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 import math
 import time
+import weakref
 from dataclasses import dataclass, replace
 
+import mujoco
 import numpy as np
 import torch
 from numpy.typing import ArrayLike
@@ -25,6 +27,7 @@ from realissim.estimate.search import ObjectSearch, TippedPose
 from realissim.estimate.sighting import ObjectSighting, Sighting
 from realissim.real.follower import Follower, FollowerConfig
 from realissim.real.interfaces import CameraStalledError, RealWorld
+from realissim.runtime.beside import CorrectionJob, CorrectionOutcome, CorrectionThread
 from realissim.runtime.calibration import calibrate_views
 from realissim.runtime.config import RuntimeConfig
 from realissim.runtime.desync import DesyncDetector
@@ -63,6 +66,9 @@ class FrameReport:
     measured: offline, no bound, or held)."""
     tipped: tuple[int, ...] = ()
     """Objects recognised standing on a side after this frame (`Runtime.tipped`)."""
+    correction_age: float = float("nan")
+    """With the correction beside the loop: how old the correction applied from this frame on is, s (from the frame
+    its images were read to this one, on the wall clock); NaN when none arrived this frame (or inline)."""
 
 
 class Runtime:
@@ -85,6 +91,12 @@ class Runtime:
             )
         self.correction: VisualCorrection | None = None
         self.supervisor: Supervisor | None = None
+        self._beside: CorrectionThread | None = None
+        """The correction's own thread (`RuntimeConfig.correct_beside`), or None: inline."""
+        self._last_job = 0
+        """With the thread: the frame the last job was taken in (0: none yet this episode)."""
+        self._period = float(config.correct_every)
+        """With the thread: frames between two jobs, a running mean (the period a wrench is held for)."""
         if config.correct:
             assert world is not None
             if not world.cameras:
@@ -98,7 +110,12 @@ class Runtime:
             self.correction = VisualCorrection(
                 views, self.twin.model, config.correction, frame_dt=frame_dt, held_frames=config.correct_every
             )
-            self.supervisor = Supervisor(views, self.twin, config.supervision, config.correct_every)
+            beside = config.correct_beside if config.correct_beside is not None else not world.lockstep
+            watched = self.twin.replica() if beside else self.twin
+            self.supervisor = Supervisor(views, watched, config.supervision, config.correct_every)
+            if beside:
+                self._beside = CorrectionThread(self.correction, self.supervisor, watched)
+                weakref.finalize(self, self._beside.close)
         self.follower: Follower | None = None
         self.lead_bound: LeadBound | None = None
         self.shaper: Follower | None = None
@@ -130,6 +147,11 @@ class Runtime:
     def dt(self) -> float:
         """The frame period, s."""
         return self.twin.dt
+
+    @property
+    def beside(self) -> bool:
+        """Whether the correction runs in its own thread beside the loop (`RuntimeConfig.correct_beside`)."""
+        return self._beside is not None
 
     @property
     def detector(self) -> DesyncDetector | None:
@@ -164,6 +186,9 @@ class Runtime:
         from the real arm's measured joints; the detector to in-sync (keeping its learned baseline)."""
         start = StartState.of_scene(self.scene) if start is None else start
         start.check(self.scene)
+        if self._beside is not None:
+            self._beside.wait()  # the pending job's outcome belonged to the last episode
+        self._last_job, self._period = 0, float(self.config.correct_every)
         self.twin.reset(rest_state(start))
         if self.world is not None:
             self.world.reset(start)
@@ -210,7 +235,11 @@ class Runtime:
         timing: dict[str, float] = {}
         q_real, images = self._sense(correct, timing)
         self._frame += 1
-        result, supervision = self._correct(q_real, images, timing)
+        age = float("nan")
+        if self._beside is None:
+            result, supervision = self._correct(q_real, images, timing)
+        else:
+            result, supervision, images, age = self._correct_beside(q_real, correct, timing)
         t0 = time.perf_counter()
         holding = self.supervisor is not None and self.supervisor.hold_this_frame()
         q_des, qd_des, lead = self._arm_targets(q_des, q_real, holding)
@@ -220,7 +249,12 @@ class Runtime:
         self._advance_world(timing)
         return FrameReport(state, result, timing, self.desynced, q_real, images,
                            supervision.sightings if supervision else (), supervision.attempts if supervision else (),
-                           lead, tuple(self.tipped))  # fmt: skip
+                           lead, tuple(self.tipped), age)  # fmt: skip
+
+    def close(self) -> None:
+        """Stop the correction's thread, if it has one (also done when the runtime is collected)."""
+        if self._beside is not None:
+            self._beside.close()
 
     def _sense(self, correct: bool, timing: dict[str, float]) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The real arm's measured joints (J,) rad and, on a frame due for correction, every camera's latest frame
@@ -229,7 +263,7 @@ class Runtime:
         q_real, images = None, None
         if self.world is not None:
             q_real = self.world.robot.read().q
-            due = (self._frame % self.config.correct_every) == 0
+            due = (self._frame % self.config.correct_every) == 0 and self._beside is None
             if self.correction is not None and correct and due:
                 images = self._read_cameras()
         timing["sense"] = time.perf_counter() - t0
@@ -260,6 +294,59 @@ class Runtime:
         timing["correct"] = time.perf_counter() - t0
         timing.update({f"correct.{key}": value for key, value in result.stages.items()})
         supervision = self.supervisor.update(self._frame, result, q_real, images, timing)
+        if supervision.placed:
+            self.correction.reset()  # its accumulated state belonged to the lost pose
+        self._after_supervision(supervision)
+        return result, supervision
+
+    def _correct_beside(
+        self, q_real: np.ndarray | None, correct: bool, timing: dict[str, float]
+    ) -> tuple[CorrectionResult | None, Supervision | None, np.ndarray | None, float]:
+        """The correction in its own thread (`RuntimeConfig.correct_beside`): collect a finished job's outcome (its
+        wrench held from now on for the frames it was scaled for, its supervision applied to the twin), apply the
+        held wrench damped with the objects' velocity now, and hand over a new job when the thread is free and
+        `correct`. Returns the outcome's correction and supervision (None: none arrived), the images read for the
+        new job (None: none) and the outcome's age, s (NaN: none). The thread's times go to `timing` under
+        "beside." (they are not the loop's)."""
+        assert self._beside is not None and self.correction is not None and q_real is not None
+        outcome = self._beside.poll()
+        result, supervision, age = None, None, float("nan")
+        if outcome is not None:
+            result, supervision = outcome.result, outcome.supervision
+            age = time.monotonic() - outcome.job.wall
+            timing.update({f"beside.{key}": value for key, value in outcome.timing.items()})
+            self._held_wrench = None if outcome.withheld else np.asarray(result.wrenches, dtype=np.float64).copy()
+            self._held_left = outcome.job.held_frames
+            self._take_placements(outcome)
+            self._after_supervision(supervision)
+        if self._held_wrench is not None and self._held_left > 0 and not self._stalled:
+            self.twin.apply_wrenches(self.correction.damped(self._held_wrench, self.twin))
+            self._held_left -= 1
+        images = self._read_cameras() if correct and not self._beside.busy else None
+        if images is not None:
+            if self._last_job:
+                self._period += 0.25 * ((self._frame - self._last_job) - self._period)
+            self._last_job = self._frame
+            held = max(1, round(self._period))
+            self._beside.submit(self.twin, CorrectionJob(self._frame, time.monotonic(), q_real.copy(), images, held))
+        return result, supervision, images, age
+
+    def _take_placements(self, outcome: CorrectionOutcome) -> None:
+        """Put the objects a placement moved (in the thread's replica) where it put them in the twin, and the twin
+        arm where the placement moved the replica's (the real arm's joints, held there after)."""
+        layout, data = self.twin.layout, self.twin.data
+        for k, (qpos, qvel) in outcome.placed.items():
+            data.qpos[layout.object_qpos[k]] = qpos
+            data.qvel[layout.object_dof[k]] = qvel
+            data.xfrc_applied[layout.object_bodies[k]] = 0.0
+        if outcome.supervision.arm_at is not None:
+            self.twin.set_robot(outcome.supervision.arm_at)  # (mj_forward)
+        elif outcome.placed:
+            mujoco.mj_forward(self.twin.model, data)
+
+    def _after_supervision(self, supervision: Supervision) -> None:
+        """What the loop does after supervision acted: hold both arms where a placement moved the twin's, restart
+        the lead bound after an early placement, drop the held wrench after any placement."""
         if supervision.arm_at is not None:  # a placement moved the twin arm to the real one: both hold there
             self._held_target = supervision.arm_at
             if self.shaper is not None:
@@ -267,9 +354,7 @@ class Runtime:
         if supervision.restart_lead and self.lead_bound is not None:
             self.lead_bound.reset()
         if supervision.placed:
-            self.correction.reset()  # its accumulated state belonged to the lost pose
             self._held_wrench = None
-        return result, supervision
 
     def _arm_targets(
         self, q_des: ArrayLike, q_real: np.ndarray | None, holding: bool

@@ -138,7 +138,7 @@ class Supervisor:
         was = self.desynced
         checking = self.config.alarm_check is not None and self.search is not None
         check = partial(self._loss_confirmed, q_real, images) if checking else None
-        self.detector.update(result.residual, result.saturated, *_evidence(sightings), check=check)
+        self.detector.update(result.residual, result.saturated, *_evidence(sightings), check=check, frame=frame - 1)
         if self.desynced and not was:
             self._lost = True
         elif not self.desynced:

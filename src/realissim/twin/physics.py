@@ -275,6 +275,24 @@ class TwinPhysics:
         mujoco.mj_kinematics(self.model, self.data)
         self.frame = snap.frame
 
+    def replica(self) -> TwinPhysics:
+        """A second twin over the same model with data of its own, a copy of this one's now: what a reader in
+        another thread works on (the correction beside the loop) while this twin steps on. `copy_from` brings it up
+        to date; stepping it does not touch this twin."""
+        other = object.__new__(TwinPhysics)
+        other.__dict__.update(self.__dict__)
+        other.data = mujoco.MjData(self.model)
+        other._history = collections.deque(maxlen=self.config.guard_history)
+        other.copy_from(self)
+        return other
+
+    def copy_from(self, other: TwinPhysics) -> None:
+        """Make this twin's data an exact copy of `other`'s (same model): state, contacts, pending wrenches."""
+        if other.model is not self.model:
+            raise ValueError("copy_from: the twins must share one model (see `replica`)")
+        mujoco.mj_copyData(self.data, self.model, other.data)
+        self.frame = other.frame
+
     def site_pose(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """World position (3,) and rotation matrix (3, 3) of a site at the current state."""
         sid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, name)

@@ -86,12 +86,18 @@ class SyncObserver(EpisodeObserver):
         self.iteration_s: list[float] = []
         """Per corrected (or, correction off, per) frame: the loop's own time (the sum of its stages), s."""
         self.corrected = 0
+        self.corrections = 0
+        """Frames a correction was applied in."""
         self.truth = None
         self.speed: list[float] = []
         """The real T's planar speed at each frame, m/s (evaluation only: from the oracle)."""
         self.tilt: list[float] = []
         """The real T's tilt from lying (its body z from the world's), rad (evaluation only: from the oracle)."""
         self._last: tuple[float, np.ndarray] | None = None
+        self.late: list[float] = []
+        """Per frame: how late it started against its wall-clock due time, s (NaN in lock-step)."""
+        self.ages: list[float] = []
+        """Per correction applied by a correction beside the loop: its age when applied, s."""
 
     def on_reset(self, env: Env, observation: Observation) -> None:
         assert env.world is not None and hasattr(env.world, "disturb")
@@ -112,8 +118,12 @@ class SyncObserver(EpisodeObserver):
         self.recorder.add(float(s.time), s.object_pos[0], s.object_quat[0], self.truth.object_pos[0],
                           self.truth.object_quat[0])  # fmt: skip
         self.desynced.append(report.desynced)
+        self.late.append(frame.late_s)
+        if math.isfinite(report.correction_age):
+            self.ages.append(report.correction_age)
         for key, value in report.timing.items():
             self.timings.setdefault(key, []).append(value)
+        self.corrections += report.correction is not None
         if report.correction is not None or env.runtime.correction is None:
             self.corrected += 1
             self.iteration_s.append(sum(v for k, v in report.timing.items() if "." not in k))
@@ -173,6 +183,7 @@ def run_scenario(
         runtime = env.runtime
         follower = runtime.follower.tracking.summary() if runtime.follower else {"rms_rad": float("nan")}
         events = list(runtime.detector.events) if runtime.detector else []
+        env.close()
     out = sync.recorder.summary(events=(config.push_time,) if config.hand_push is not None else ())
     pos, yaw = 1e3 * np.asarray(sync.recorder.pos_err), np.degrees(sync.recorder.yaw_err)
     moving = np.asarray(sync.speed) > MOVING_M_S
@@ -181,10 +192,7 @@ def run_scenario(
     out["pos_err_p95_moving_mm"] = float(np.percentile(pos[moving], 95)) if moving.any() else 0.0
     out["yaw_err_p95_moving_deg"] = float(np.percentile(yaw[moving], 95)) if moving.any() else 0.0
     out["follower_rms_rad"] = follower["rms_rad"]
-    # Lock-step: the rate the loop could run at (1 / its median time per corrected frame). Real time: the
-    # achieved rate of corrected frames over the wall clock.
-    out["loop_hz"] = sync.corrected / episode.wall_s if config.realtime else 1.0 / float(np.median(sync.iteration_s))
-    out["frames_per_iteration"] = episode.frames / max(sync.corrected, 1)
+    out.update(loop_rates(sync, episode.frames, episode.wall_s, env.dt, config.realtime, runtime.beside))
     out["desync_events"] = [(frame * env.dt, kind) for frame, kind in events]
     out["timing_ms"] = {key: 1e3 * float(np.median(v)) for key, v in sync.timings.items()}
     out["reacquire_ms"] = out["timing_ms"].get("reacquire", 0.0)  # median over the frames that searched
@@ -225,6 +233,32 @@ def run_scenario(
         "speed": sync.speed,
     }
     return out
+
+
+def loop_rates(sync: SyncObserver, frames: int, wall_s: float, dt: float, realtime: bool, beside: bool) -> dict:
+    """How the loop kept time. `loop_hz`: real time, the frames stepped per wall-clock second; lock-step, the
+    rate the loop could run at (1 / its median time per corrected frame, the correction's included when inline).
+    `frames_on_time`: real time, the fraction of frames that started within one frame period of their due time
+    (NaN in lock-step, where the world waits). `corrected_hz`: corrections applied per second (wall clock in real
+    time, simulated in lock-step). `correct_ms_median`: one correction's cost, ms (in its thread when beside),
+    `correction_age_ms_median`: beside, how old a correction is when the loop applies it, ms. `frames_per_iteration`:
+    frames per correction."""
+    late = np.asarray(sync.late, dtype=np.float64)
+    corrected = sync.corrections
+    costs = sync.timings.get("beside.correct" if beside else "correct", [])
+    if realtime:
+        loop_hz, on_time, per_s = frames / wall_s, float(np.mean(late < dt)) if late.size else math.nan, wall_s
+    else:
+        loop_hz, on_time, per_s = 1.0 / float(np.median(sync.iteration_s)), math.nan, frames * dt
+    return {
+        "loop_hz": loop_hz,
+        "frames_on_time": on_time,
+        "late_ms_p99": 1e3 * float(np.percentile(late, 99)) if realtime and late.size else math.nan,
+        "corrected_hz": corrected / per_s if per_s > 0 else math.nan,
+        "correct_ms_median": 1e3 * float(np.median(costs)) if costs else math.nan,
+        "correction_age_ms_median": 1e3 * float(np.median(sync.ages)) if sync.ages else math.nan,
+        "frames_per_iteration": frames / max(sync.corrected, 1),
+    }
 
 
 @contextmanager
