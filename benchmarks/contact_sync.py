@@ -1,10 +1,11 @@
 """Contact-rich sync benchmark: random pushes keep the T moving (`eval.sync.scenario.contact_rich`), online,
-lock-step, 3 cameras at 160 × 90; correction on and off. Errors are the twin's T against the oracle, over all
+lock-step (or `--realtime`: on the wall clock, the surrogate pacing itself, the correction in its own thread), 3
+cameras at 160 × 90; correction on and off. Errors are the twin's T against the oracle, over all
 frames and over frames where the real T moves (> 1 cm/s); `silent_loss_s` is the time the error exceeded 2 cm
 while the desync detector said in sync; the detector's recall counts oracle episodes (> 2 cm for > 0.25 s)
 it flagged within 0.25 s of their start.
 
-    python benchmarks/contact_sync.py [--gap FILE] [--seconds 20] [--seed 0] [--json out.json]
+    python benchmarks/contact_sync.py [--gap FILE] [--seconds 20] [--seed 0] [--realtime] [--json out.json]
     python benchmarks/contact_sync.py --sweep [--profiles 12] [--tune 4]   # the gap sweep, correction on
 
 The sweep's profiles come from `eval.sync.sweep` (seeded); the first `--tune` are the ones to tune on, the
@@ -16,12 +17,18 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 import tyro
+
+if "--realtime" in sys.argv:  # numba's pool is sized on import: one core is left to the real-time world
+    from realissim.util.threads import reserve_core_for_world
+
+    reserve_core_for_world()
 
 from realissim.eval.sync.scenario import contact_rich, run_scenario
 from realissim.eval.sync.sweep import SWEEP_SEED, describe, sweep_profiles
@@ -52,6 +59,10 @@ KEYS = (
     ("tipped_s", "... recognised by the twin (s)"),
     ("pos_err_p95_lying_mm", "position error, p95, real T lying (mm)"),
     ("loop_hz", "loop rate (Hz)"),
+    ("frames_on_time", "frames on time (real time)"),
+    ("corrected_hz", "corrections per second"),
+    ("correct_ms_median", "correction cost, median (ms)"),
+    ("correction_age_ms_median", "correction age when applied (ms)"),
 )
 
 
@@ -91,6 +102,9 @@ class Args:
     no_alarm_check: bool = False
     """Let the detector fire on its evidence alone, without the search's check (`SupervisionConfig.alarm_check`
     None), as before stop 51."""
+    realtime: bool = False
+    """Run on the wall clock: the surrogate paces itself at the frame rate, the loop keeps it, the correction runs
+    beside the loop in its own thread (`RuntimeConfig.correct_beside`)."""
     pushes: Literal["closed", "lifted"] = "closed"
     """The scenario's pushes (`ScenarioConfig.pushes`): "closed" (round the T, closed loop) or "lifted"
     (lifted over the T, open loop: the earlier scenario)."""
@@ -99,7 +113,7 @@ class Args:
 def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, every: int = 1,
         calibrate_at: Literal["goal", "start"] = "start", shadows: bool = True,
         eps2d: float | None = None, iterations: int | None = None, alarm_check: bool = True,
-        pushes: Literal["closed", "lifted"] = "closed") -> dict:  # fmt: skip
+        pushes: Literal["closed", "lifted"] = "closed", realtime: bool = False) -> dict:  # fmt: skip
     calibration = CalibrationConfig(shadows=ShadowFitConfig(enabled=shadows))
     runtime = RuntimeConfig(correct=correct, correct_every=every, calibration=calibration)
     if not alarm_check:
@@ -108,7 +122,8 @@ def run(gap: Path | None, seconds: float, seed: int, correct: bool, label: str, 
         runtime = replace(runtime, views=replace(runtime.views, eps2d=eps2d))
     if iterations is not None:
         runtime = replace(runtime, correction=replace(runtime.correction, iterations=iterations))
-    config = contact_rich(seed, seconds=seconds, gap=gap, runtime=runtime, calibrate_at=calibrate_at, pushes=pushes)
+    config = contact_rich(seed, seconds=seconds, gap=gap, runtime=runtime, calibrate_at=calibrate_at, pushes=pushes,
+                          realtime=realtime)  # fmt: skip
     out = run_scenario(make("pusht"), config, label=label)
     out.pop("series")
     return out
@@ -134,9 +149,11 @@ def main(args: Args) -> dict:
             args.iterations,
             not args.no_alarm_check,
             args.pushes,
+            args.realtime,
         )
     print(
-        f"contact-rich, gap {args.gap or 'default'}, seed {args.seed}, {args.seconds:g} s, lock-step, "
+        f"contact-rich, gap {args.gap or 'default'}, seed {args.seed}, {args.seconds:g} s, "
+        f"{'real time' if args.realtime else 'lock-step'}, "
         f"correcting every {args.correct_every} frame(s), calibrated at the {args.calibrate_at}"
         + ("" if args.shadows else ", no shadows rendered")
         + ("" if args.eps2d is None else f", twin low-pass {args.eps2d:g} px²")
@@ -160,7 +177,7 @@ def sweep(args: Args) -> dict:
     key = {"sweep_seed": args.sweep_seed, "seed": args.seed, "seconds": args.seconds,
            "correct_every": args.correct_every, "calibrate_at": args.calibrate_at, "shadows": args.shadows,
            "eps2d": args.eps2d, "iterations": args.iterations, "alarm_check": not args.no_alarm_check,
-           "pushes": args.pushes}  # fmt: skip
+           "pushes": args.pushes, "realtime": args.realtime}  # fmt: skip
     if args.json is not None and args.json.exists():
         done = json.loads(args.json.read_text())
         if done.pop("_key", None) == key:
@@ -173,7 +190,7 @@ def sweep(args: Args) -> dict:
             path = Path(folder) / f"{name}.json"
             save_gap(gap, path)
             out = run(path, args.seconds, args.seed, True, name, args.correct_every, args.calibrate_at, args.shadows,
-                      args.eps2d, args.iterations, not args.no_alarm_check, args.pushes)  # fmt: skip
+                      args.eps2d, args.iterations, not args.no_alarm_check, args.pushes, args.realtime)  # fmt: skip
             rows[name] = {"set": "tune" if i < args.tune else "held-out", **describe(gap), **out}
             if args.json is not None:
                 args.json.write_text(json.dumps(jsonable({"_key": key, **rows}), indent=2))
@@ -181,7 +198,8 @@ def sweep(args: Args) -> dict:
     shown = ("pos_err_median_mm", "pos_err_p95_mm", "pos_err_p95_moving_mm", "pos_err_max_mm", "yaw_err_p95_deg",
              "silent_loss_s", "longest_silent_loss_s", "detector_recall", "false_alarms_per_min",
              "false_alarms_pose_per_min", "desynced_s", "reacquisitions", "vetoed_alarms")  # fmt: skip
-    print(f"gap sweep (seed {args.sweep_seed}), contact-rich seed {args.seed}, {args.seconds:g} s, correction on"
+    print(f"gap sweep (seed {args.sweep_seed}), contact-rich seed {args.seed}, {args.seconds:g} s, correction on, "
+          f"{'real time' if args.realtime else 'lock-step'}"
           + ("" if args.shadows else ", no shadows rendered"))  # fmt: skip
     print("| profile | set | " + " | ".join(params + shown) + " |")
     print("|" + "---|" * (2 + len(params) + len(shown)))

@@ -462,3 +462,65 @@ def test_the_integral_empties_when_the_arms_contact_with_the_object_ends(setup, 
     kept = last_pull(10.0, False, 20)
     assert kept < 1.5 * fresh  # wound up while the contact lasted, and still there once it ended
     assert last_pull(10.0, True, 20) == pytest.approx(fresh, rel=1e-6)  # emptied
+
+
+def test_one_camera_per_correction_in_turn_still_pulls_where_the_object_is_seen(setup) -> None:
+    twin, views, _ = setup
+    config = CorrectionConfig(integral=0.0, cameras_per_frame=1)
+    correction = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)
+    twin.reset()
+    images = _render_with_t_moved(twin, views, dx=0.015)
+    pulls = [_correct(twin, correction, images).wrenches[0, :3] for _ in range(len(views.cameras))]
+    for fx, fy, _ in pulls:  # each camera alone sees the T 15 mm along +x
+        assert fx > 0.2 and abs(fy) < fx, pulls
+    assert len({tuple(np.round(p, 9)) for p in pulls}) == len(pulls)  # a different camera each time
+    correction.reset()  # a new episode starts again from the first camera
+    np.testing.assert_allclose(_correct(twin, correction, images).wrenches[0, :3], pulls[0], rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="cameras_per_frame"):
+        CorrectionConfig(cameras_per_frame=0)
+
+
+def test_a_window_of_some_cameras_renders_those_cameras_pixels(setup) -> None:
+    from realissim.render import rasterize
+
+    twin, views, _ = setup
+    twin.reset()
+    xpos, xquat = twin.data.xpos.copy(), twin.data.xquat.copy()
+    g = views.moving(xpos, xquat)
+    window = views.window(g.means.double().numpy()[views.object_mask.numpy()], 16)
+    full, _, _ = rasterize(*g.args(), window.Ks, window.X_WCs, window.width, window.height, views.background,
+                           views.backend, static=window.static_layer, eps2d=views.eps2d)  # fmt: skip
+    one = window.select([2, 0])
+    part, _, _ = rasterize(*g.args(), one.Ks, one.X_WCs, one.width, one.height, views.background, views.backend,
+                           static=one.static_layer, eps2d=views.eps2d)  # fmt: skip
+    torch.testing.assert_close(part, full[[2, 0]], rtol=1e-5, atol=1e-6)
+    assert one.x0 == (window.x0[2], window.x0[0])
+
+
+def test_the_held_period_set_later_scales_the_pull_as_at_construction(setup) -> None:
+    twin, views, _ = setup
+    config = CorrectionConfig(integral=0.0)
+    twin.reset()
+    images = _render_with_t_moved(twin, views, dx=0.01)
+    built = _correct(twin, VisualCorrection(views, twin.model, config, frame_dt=3 * twin.dt, held_frames=3), images)
+    later = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)
+    later.set_held_frames(3)
+    assert later.held_frames == 3
+    np.testing.assert_allclose(_correct(twin, later, images).wrenches, built.wrenches, rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="held_frames"):
+        later.set_held_frames(0)
+
+
+def test_a_wrench_found_without_damping_is_damped_with_the_velocity_now(setup) -> None:
+    twin, views, _ = setup
+    correction = VisualCorrection(views, twin.model, CorrectionConfig(integral=0.0), frame_dt=twin.dt)
+    correction.damp_in_wrench = False
+    twin.reset()
+    adr = int(twin.layout.object_dof[0][0])
+    twin.data.qvel[adr] = 0.2  # the T sliding along +x at 0.2 m/s
+    pull = np.zeros((1, 6))
+    damped = correction.damped(pull, twin)
+    assert damped[0, 0] < 0 and abs(damped[0, 1]) < 1e-9  # against the motion
+    np.testing.assert_allclose(damped[0, :3], correction.damping_wrench([[0.2, 0, 0, 0, 0, 0]])[0, :3], atol=1e-9)
+    big = correction.damped(np.array([[500.0, 0, 0, 0, 0, 0]]), twin)
+    assert np.linalg.norm(big[0, :3]) == pytest.approx(correction.config.max_force)

@@ -29,12 +29,16 @@ log = logging.getLogger(__name__)
 METRICS = (
     ("pos_err_median_mm", "position error, median (mm)"),
     ("pos_err_p95_mm", "position error, p95 (mm)"),
+    ("pos_err_max_mm", "position error, max (mm)"),
     ("yaw_err_median_deg", "yaw error, median (deg)"),
     ("yaw_err_p95_deg", "yaw error, p95 (deg)"),
     ("recovery_s", "re-convergence < 5 mm after the hand (s)"),
     ("recovery_10mm_s", "re-convergence < 10 mm after the hand (s)"),
     ("follower_rms_rad", "follower tracking RMS (rad)"),
     ("loop_hz", "loop rate (Hz)"),
+    ("frames_on_time", "frames on time (real time)"),
+    ("corrected_hz", "corrections per second"),
+    ("correct_ms_median", "correction cost, median (ms)"),
 )
 """The sync metrics the demo and the sync benchmark report: (key in `run_scenario`'s result, label)."""
 

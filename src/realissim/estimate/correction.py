@@ -104,6 +104,9 @@ class CorrectionConfig:
     """rigid: empty an object's integral when its contact with the arm (or another object) ends in the twin (the
     contact was there at the last correction and is gone now): the sum built up against that contact, and held on,
     it throws the object the moment the contact lets go (docs/decisions.md, "Released contacts")."""
+    cameras_per_frame: int | None = None
+    """Render into this many of the cameras per correction, taking them in turn (None: all of them). Each camera
+    costs its share of a correction's rendering; in turn, every camera still speaks every few corrections."""
     crop_margin: int | None = 16
     """Optimise over a window of each image around the objects (their projections at the twin's pose, grown by
     this many px; None: whole images): far pixels carry no gradient to them (docs/decisions.md)."""
@@ -144,6 +147,8 @@ class CorrectionConfig:
             raise ValueError(f"integral_discharge: must be None or two speeds ≥ 0, got {self.integral_discharge}")
         if not self.support_margin >= 0:
             raise ValueError(f"support_margin: must be ≥ 0 m, got {self.support_margin}")
+        if self.cameras_per_frame is not None and self.cameras_per_frame < 1:
+            raise ValueError(f"cameras_per_frame: must be ≥ 1 or None, got {self.cameras_per_frame}")
         if self.crop_margin is not None and self.crop_margin < 0:
             raise ValueError(f"crop_margin: must be ≥ 0 or None, got {self.crop_margin}")
         if not self.blur >= 0:
@@ -262,6 +267,8 @@ class VisualCorrection:
         """Whether each object touched the arm or another object at the last correction (`release_integral`)."""
         self._still = 0
         """Consecutive frames the objects were still and found where the twin has them (`rest_eps2d`)."""
+        self._turn = 0
+        """With `cameras_per_frame`: the first camera of the next correction."""
 
     @property
     def held_frames(self) -> int:
@@ -308,6 +315,7 @@ class VisualCorrection:
         self._accumulated[:] = 0.0
         self._touching[:] = False
         self._still = 0
+        self._turn = 0
 
     def correct(self, twin: TwinPhysics, q_real: ArrayLike, images: Tensor) -> CorrectionResult:
         """This frame's correction of `twin` (not applied): the robot placed at the real arm's measured joints
@@ -378,12 +386,20 @@ class VisualCorrection:
         else:
             window = views.window(means0.double().numpy(), cfg.crop_margin)
             target = window.cut(target)
+        background = views.background
+        n_cams = len(views.cameras)
+        if cfg.cameras_per_frame is not None and cfg.cameras_per_frame < n_cams:
+            chosen = [(self._turn + i) % n_cams for i in range(cfg.cameras_per_frame)]
+            self._turn = (self._turn + cfg.cameras_per_frame) % n_cams
+            window, target = window.select(chosen), target[chosen]
+            background = background[chosen] if background.ndim == 2 else background
+        if cfg.crop_margin is not None:
             keep = window.touches(fixed.means, 3.0 * fixed.scales.amax(dim=-1))
             fixed = Gaussians(*(t[keep] for t in fixed.args()))
         rest = [t[self._obj] for t in (g.scales, g.colors, g.opacities)]
         if cfg.mode == "rigid":
             wrenches, moved, planar, losses = self._rigid(
-                means0, quats0, rest, fixed, xipos, target, window, velocity, stages, eps2d
+                means0, quats0, rest, fixed, xipos, target, window, velocity, stages, eps2d, background
             )
             if self._sharpen and bool(np.any(planar > cfg.rest_shift)):
                 self._still = 0  # found away: the next frame renders with the wider basin
@@ -391,7 +407,9 @@ class VisualCorrection:
             means = means0.clone().requires_grad_()
             quats = quats0.clone().requires_grad_()
             groups = [{"params": [means], "lr": cfg.lr_means}, {"params": [quats], "lr": cfg.lr_quats}]
-            losses = self._optimise(groups, lambda: [means, quats, *rest], fixed, target, window, stages, eps2d)
+            losses = self._optimise(
+                groups, lambda: [means, quats, *rest], fixed, target, window, stages, eps2d, background
+            )
             wrenches, moved = self._wrenches(means.detach().double() - means0.double(), means0.double(), xipos)
             wrenches = self._spring_scale * wrenches
         if support is not None:
@@ -412,9 +430,11 @@ class VisualCorrection:
         window: ViewWindow,
         stages: dict[str, float],
         eps2d: float,
+        background: Tensor,
     ) -> list[float]:
         """`iterations` Adam steps on `groups`; `objects()` gives the objects' Gaussian arguments from the
-        current parameters; rendered with the low-pass `eps2d` px²; the time spent is added to `stages`. Returns the
+        current parameters; rendered with the low-pass `eps2d` px² over `background`; the time spent is added to
+        `stages`. Returns the
         photometric loss at the start of each step (no extra render after the last step: docs/decisions.md)."""
         views, cfg = self.views, self.config
         optimiser = (
@@ -434,7 +454,7 @@ class VisualCorrection:
             t0 = clock()
             args = [torch.cat([a, b]) for a, b in zip(objects(), fixed.args())]
             rgb, _, _ = rasterize(
-                *args, window.Ks, views.X_WCs, window.width, window.height, views.background, views.backend,
+                *args, window.Ks, window.X_WCs, window.width, window.height, background, views.backend,
                 static=window.static_layer, eps2d=eps2d,
             )  # fmt: skip
             if cfg.exposure:
@@ -467,6 +487,7 @@ class VisualCorrection:
         velocity: np.ndarray | None,
         stages: dict[str, float],
         eps2d: float,
+        background: Tensor,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float]]:
         """Rigid mode: Adam on one translation (K,3) m and rotation vector (K,3) rad per body, about its COM;
         returns wrenches (K,6) (uncapped), translations found (K,) m and their planar (x, y) parts (K,) m, and the
@@ -493,7 +514,7 @@ class VisualCorrection:
             {"params": [shift_xy, shift_z], "lr": cfg.lr_means},
             {"params": [rot_xy, rot_z], "lr": cfg.lr_rotation},
         ]
-        losses = self._optimise(groups, objects, fixed, target, window, stages, eps2d)
+        losses = self._optimise(groups, objects, fixed, target, window, stages, eps2d, background)
         found = torch.cat([shift_xy, shift_z], dim=-1).detach().double().numpy()
         turned = torch.cat([rot_xy, rot_z], dim=-1).detach().double().numpy()
         step = np.concatenate([found, turned], axis=1)

@@ -98,6 +98,14 @@ class StaticLayer:
             out._numpy[key] = tuple(cut(a) for a in arrays)
         return out
 
+    def select(self, cameras: Sequence[int]) -> StaticLayer:
+        """The layer of some cameras only, in the order given (cached numpy conversions kept)."""
+        index = list(cameras)
+        out = StaticLayer(self.rgb[index], self.alpha[index], self.depth_acc[index])
+        for key, arrays in self._numpy.items():
+            out._numpy[key] = tuple(np.ascontiguousarray(a[index]) for a in arrays)
+        return out
+
 
 def check_inputs(
     means: Tensor,

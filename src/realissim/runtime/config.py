@@ -177,6 +177,11 @@ class RuntimeConfig:
     correction costs; each result is applied when it arrives, its wrench held for the frames measured between two
     corrections (the spring, integral and detector scaled to that period) and damped with the objects' velocity
     then. None: beside when the world runs on the wall clock, inline in lock-step (deterministic)."""
+    beside_cameras: int | None = 1
+    """With the correction beside the loop: cameras rendered per correction, in turn (`CorrectionConfig.
+    cameras_per_frame`; None: the correction's own setting). One camera costs about two thirds of three's (22 vs
+    35 ms here, with the surrogate beside): corrections at ~28 instead of ~21 Hz, and a tighter twin for it
+    (docs/decisions.md, "The correction beside the loop")."""
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     arm: ArmConfig = field(default_factory=ArmConfig)
@@ -184,3 +189,5 @@ class RuntimeConfig:
     def __post_init__(self) -> None:
         if self.correct_every < 1:
             raise ValueError(f"correct_every: must be ≥ 1, got {self.correct_every}")
+        if self.beside_cameras is not None and self.beside_cameras < 1:
+            raise ValueError(f"beside_cameras: must be ≥ 1 or None, got {self.beside_cameras}")

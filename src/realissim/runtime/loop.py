@@ -107,10 +107,13 @@ class Runtime:
             views = TwinViews(scene, self.twin.model, cameras=cams, appearance=v.appearance, eps2d=v.eps2d)
             # A wrench acts for `correct_every` frames: the integral's and the damping's time step.
             frame_dt = self.twin.dt * config.correct_every
-            self.correction = VisualCorrection(
-                views, self.twin.model, config.correction, frame_dt=frame_dt, held_frames=config.correct_every
-            )
             beside = config.correct_beside if config.correct_beside is not None else not world.lockstep
+            correction = config.correction
+            if beside and config.beside_cameras is not None:
+                correction = replace(correction, cameras_per_frame=config.beside_cameras)
+            self.correction = VisualCorrection(
+                views, self.twin.model, correction, frame_dt=frame_dt, held_frames=config.correct_every
+            )
             watched = self.twin.replica() if beside else self.twin
             self.supervisor = Supervisor(views, watched, config.supervision, config.correct_every)
             if beside:

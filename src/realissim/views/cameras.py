@@ -57,6 +57,13 @@ class ViewWindow:
         inside = (u + r > 0) & (u - r < self.width) & (v + r > 0) & (v - r < self.height)
         return ((p[..., 2] > 0) & inside).any(dim=0)
 
+    def select(self, cameras: Sequence[int]) -> ViewWindow:
+        """The window in some cameras only, in the order given (images cut by it must be selected alike)."""
+        index = list(cameras)
+        layer = None if self.static_layer is None else self.static_layer.select(index)
+        return ViewWindow(tuple(self.x0[c] for c in index), tuple(self.y0[c] for c in index), self.width,
+                          self.height, self.Ks[index], self.X_WCs[index], layer)  # fmt: skip
+
     def cut(self, images: Tensor) -> Tensor:
         """The window of full-size images (C,H,W,...) → (C,height,width,...)."""
         return torch.stack(

@@ -247,7 +247,10 @@ def loop_rates(sync: SyncObserver, frames: int, wall_s: float, dt: float, realti
     corrected = sync.corrections
     costs = sync.timings.get("beside.correct" if beside else "correct", [])
     if realtime:
-        loop_hz, on_time, per_s = frames / wall_s, float(np.mean(late < dt)) if late.size else math.nan, wall_s
+        # The frames' own span on the wall clock (frame k starts at k·dt + its lateness): the episode's wall time
+        # also holds its reset and calibration.
+        span = (len(late) - 1) * dt + late[-1] - late[0] if len(late) > 1 else wall_s
+        loop_hz, on_time, per_s = (len(late) - 1) / span, float(np.mean(late < dt)) if late.size else math.nan, span
     else:
         loop_hz, on_time, per_s = 1.0 / float(np.median(sync.iteration_s)), math.nan, frames * dt
     return {
