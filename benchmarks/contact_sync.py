@@ -93,6 +93,9 @@ class Args:
     shadows: bool = True
     """Let calibration fit a shadow-casting key light and the twin render its shadow (`CalibrationConfig.shadows`);
     False: the twin renders none, as before stop 40."""
+    with_off: bool = False
+    """With `--sweep`: also run each profile with the correction off (its row's "off" holds that run's metrics), to
+    check that the correction is never worse than none."""
     only: tuple[int, ...] = ()
     """With `--sweep`: run only these profile indices (default: all `--profiles`)."""
     eps2d: float | None = None
@@ -177,7 +180,7 @@ def sweep(args: Args) -> dict:
     key = {"sweep_seed": args.sweep_seed, "seed": args.seed, "seconds": args.seconds,
            "correct_every": args.correct_every, "calibrate_at": args.calibrate_at, "shadows": args.shadows,
            "eps2d": args.eps2d, "iterations": args.iterations, "alarm_check": not args.no_alarm_check,
-           "pushes": args.pushes, "realtime": args.realtime}  # fmt: skip
+           "pushes": args.pushes, "realtime": args.realtime, "with_off": args.with_off}  # fmt: skip
     if args.json is not None and args.json.exists():
         done = json.loads(args.json.read_text())
         if done.pop("_key", None) == key:
@@ -192,6 +195,10 @@ def sweep(args: Args) -> dict:
             out = run(path, args.seconds, args.seed, True, name, args.correct_every, args.calibrate_at, args.shadows,
                       args.eps2d, args.iterations, not args.no_alarm_check, args.pushes, args.realtime)  # fmt: skip
             rows[name] = {"set": "tune" if i < args.tune else "held-out", **describe(gap), **out}
+            if args.with_off:
+                rows[name]["off"] = run(path, args.seconds, args.seed, False, f"{name} off", args.correct_every,
+                                        args.calibrate_at, args.shadows, args.eps2d, args.iterations,
+                                        not args.no_alarm_check, args.pushes, args.realtime)  # fmt: skip
             if args.json is not None:
                 args.json.write_text(json.dumps(jsonable({"_key": key, **rows}), indent=2))
     params = ("friction", "mass", "com_mm", "latency_ms", "cam_rot_deg", "shadows")
@@ -206,6 +213,17 @@ def sweep(args: Args) -> dict:
     for name, row in rows.items():
         cells = [f"{row[k]:.2f}" for k in params + shown]
         print(f"| {name} | {row['set']} | " + " | ".join(cells) + " |")
+    if args.with_off:
+        print("\ncorrection on against off (position error, mm): never worse than none when both columns say yes")
+        print("| profile | set | median on | median off | p95 on | p95 off | on ≤ off (median) | on ≤ off (p95) |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, row in rows.items():
+            on_m, off_m, on_p, off_p = (row["pos_err_median_mm"], row["off"]["pos_err_median_mm"],
+                                        row["pos_err_p95_mm"], row["off"]["pos_err_p95_mm"])  # fmt: skip
+            print(
+                f"| {name} | {row['set']} | {on_m:.2f} | {off_m:.2f} | {on_p:.2f} | {off_p:.2f} | "
+                f"{'yes' if on_m <= off_m else 'NO'} | {'yes' if on_p <= off_p else 'NO'} |"
+            )
     return rows
 
 

@@ -40,6 +40,8 @@ def test_collect_appends_on_every_run_and_keeps_failures_marked(tmp_path: Path, 
 def test_collect_refuses_a_gap_offline_and_a_bad_dataset(tmp_path: Path, capsys) -> None:
     with pytest.raises(ValueError, match="online"):
         CollectConfig(gap=tmp_path / "gap.json")
+    with pytest.raises(ValueError, match=r"realtime.*--online"):
+        CollectConfig(realtime=True)
     with pytest.raises(SystemExit) as exit_info:  # tyro rejects the option, naming it, with status 2
         main(["collect", "--episodes", "1", "--out", str(tmp_path / "x"), "--gap", "nope.json"])
     assert exit_info.value.code == 2
@@ -146,3 +148,14 @@ def test_a_terminated_parallel_collection_keeps_its_finished_episodes_and_ends_i
     kept = Dataset(out, include_failed=True).all_episodes
     assert 1 <= len(kept) < 8 and [e.index for e in kept] == list(range(len(kept)))
     assert not list(tmp_path.glob(".demos.part-*"))  # the workers' part datasets are gone
+
+
+@pytest.mark.wall_clock
+def test_an_online_collection_runs_on_the_wall_clock(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "rt"
+    args = ["collect", "--episodes", "1", "--online", "--realtime", "--max-seconds", "2", "--out", str(out),
+            "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    assert "online, real time" in capsys.readouterr().out
+    (episode,) = Dataset(out, include_failed=True).all_episodes
+    assert 2.0 - 1e-9 <= episode.duration <= 2.0 + 1.0 / 60 + 1e-9  # every frame stepped, none skipped

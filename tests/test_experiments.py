@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from camera_calibration import reprojection, table_grid
 from pipeline import Row, paired_outcomes, table
+from realtime_online import paired_table, successes
 
 from realissim.tasks import make
 
@@ -57,3 +58,17 @@ def test_reprojection_error_is_zero_for_the_true_camera_and_measures_a_shift() -
     assert px == pytest.approx(5.0, abs=1e-9)
     depth = (points - X[:3, 3]) @ X[:3, 2]  # the camera looks along its +z (OpenCV)
     assert mm == pytest.approx(1e3 * 5.0 * depth / K[0, 0], rel=1e-9)
+
+
+def test_lockstep_and_realtime_outcomes_are_paired_by_start(tmp_path) -> None:
+    def folder(name: str, outcomes: list[bool | None]) -> Path:
+        (tmp_path / name).mkdir()
+        rows = [{"start": k, "trial": 0, "error": "" if ok is not None else "surrogate died",
+                 "success": "" if ok is None else str(ok)} for k, ok in enumerate(outcomes)]  # fmt: skip
+        write(tmp_path / name / "episodes.csv", rows)
+        return tmp_path / name
+
+    lock = successes(folder("lock", [True, True, False, False, True, None]))
+    real = successes(folder("real", [True, False, True, False, None]))
+    assert lock[5] is False  # an episode that errored counts as failed
+    assert paired_table(lock, real) == {"starts": 5, "both": 1, "lockstep_only": 2, "realtime_only": 1, "neither": 1}

@@ -53,6 +53,10 @@ class CollectConfig:
     """Through a surrogate real world (default gap unless `gap`), correction and follower on, lock-step."""
     gap: Path | None = None
     """Reality-gap profile JSON for the online world (None: the default profile)."""
+    realtime: bool = False
+    """Online: on the wall clock (the surrogate paces itself at the frame rate; the correction runs beside the loop,
+    `RuntimeConfig.correct_beside`) instead of lock-step. A real-time twin and surrogate need about two cores: with
+    more workers than half the cores, each lags."""
     policy: Literal["expert", "teleop"] = "expert"
     """Who demonstrates: the task's expert, or a human in the browser (`realissim teleop`)."""
     seed: int = 0
@@ -110,6 +114,8 @@ class CollectConfig:
             raise ValueError(f"max_seconds: must be a positive number, got {self.max_seconds}")
         if self.gap is not None and not self.online:
             raise ValueError("gap: a reality-gap profile needs --online")
+        if self.realtime and not self.online:
+            raise ValueError("realtime: an offline twin has no wall clock to keep (use --online)")
         if self.record_images and not self.online:
             raise ValueError("record_images: an offline twin has no real cameras (its views can be rendered later)")
         if self.randomize and (self.online or self.policy != "expert"):
@@ -157,7 +163,8 @@ def open_world(task: Task, config: CollectConfig) -> Iterator[RealWorld | None]:
 
     if config.gap is not None:
         load_gap(config.gap)  # fail here, naming the field, rather than in the world's process
-    surrogate = SurrogateConfig(gap=config.gap, seed=config.seed, camera_size=config.camera_size, mode="lockstep")
+    mode = "realtime" if config.realtime else "lockstep"
+    surrogate = SurrogateConfig(gap=config.gap, seed=config.seed, camera_size=config.camera_size, mode=mode)
     with Surrogate(task.scene, surrogate) as world:
         yield world
 

@@ -27,6 +27,15 @@ class Collect:
         from realissim.spec.errors import SpecError
 
         c = self.config
+        if c.realtime:
+            import os
+
+            from realissim.util.threads import reserve_core_for_world
+
+            reserve_core_for_world()
+            if 2 * c.workers > (os.cpu_count() or 2):
+                print(f"warning: {c.workers} real-time workers on {os.cpu_count()} cores: each needs about two, "
+                      "they will lag the wall clock", file=sys.stderr)  # fmt: skip
         if c.policy == "teleop":
             print("teleoperated episodes are recorded in the browser: realissim teleop --out DATASET", file=sys.stderr)
             return INVALID
@@ -40,7 +49,7 @@ class Collect:
             return fail("surrogate failed", err, FAILED)
         except CollectError as err:
             return fail("collect failed", err, FAILED)
-        where = "online" if c.online else "offline"
+        where = ("online, real time" if c.realtime else "online") if c.online else "offline"
         print_report(f"Collected {c.task} demonstrations ({where})", report.as_dict(), None)
         print(f"dataset: {c.out}")
         return 0

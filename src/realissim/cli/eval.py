@@ -48,7 +48,16 @@ class OnlineLoop:
     gap: Path | None = None
     """Reality-gap profile JSON (None: the default profile)."""
     realtime: bool = False
-    """Run the surrogate on the wall clock instead of lock-step."""
+    """Run the surrogate on the wall clock instead of lock-step (the correction then runs beside the loop, in its
+    own thread: `RuntimeConfig.correct_beside`); one core is left to each world's process."""
+
+    def prepare(self) -> None:
+        """Before anything imports numba: in real time, leave one core to the world (`reserve_core_for_world`)."""
+        if self.realtime:
+            from realissim.util.threads import reserve_core_for_world
+
+            reserve_core_for_world()
+
     correct_every: int = 1
     """Run the visual correction on every n-th frame, holding its wrench between (`RuntimeConfig.correct_every`:
     2 runs the episode ~1.8× faster for a sync error ~10 % (median) and ~25 % (p95) above every frame's on the
@@ -185,6 +194,7 @@ class Online:
         return _errors(self._run)
 
     def _run(self) -> int:
+        self.loop.prepare()
         from realissim.eval.online import evaluate_online, online_env_config, write_online_report
         from realissim.policy.factory import CheckpointPolicy
         from realissim.real.surrogate import SurrogateConfig
@@ -263,6 +273,8 @@ class Sweep:
         return _errors(self._run)
 
     def _run(self) -> int:
+        if self.online:
+            self.loop.prepare()
         from realissim.eval.sweep import (
             OnlineSweepSettings,
             SweepSettings,
