@@ -57,6 +57,11 @@ class EnvConfig:
     (its sides' shading is baked in; docs/decisions.md, "Calibrate at the goal"), and the goal is where the task
     needs millimetres. On a real robot: the objects are put on their goal marks for calibration. A task without
     goals calibrates at the start."""
+    policy_beside: bool | None = None
+    """Online in real time: ask the policy for its next chunk in a thread beside the loop (`policy.asynchronous`),
+    the loop following the current chunk on the wall clock meanwhile, and follow the answer from the time passed
+    since its observation; False: ask inline (the loop waits for the answer and then runs the frames it missed back
+    to back). None (the default): beside in real time. Lock-step and offline always ask inline (the world waits)."""
     max_held_s: float | None = None
     """Online: an episode in which the desync detector has held the arm this long without a break, simulated s, is
     abandoned (`EpisodeResult.abandoned`, judged on ground truth as it stands): the twin has lost an object and
@@ -212,18 +217,70 @@ class Env:
             objects[names.index(goal.object)] = goal.pose
         return StartState(tuple(objects), tuple(float(v) for v in self.task.scene.robot.home))
 
+    @property
+    def realtime(self) -> bool:
+        """Whether the loop runs on the wall clock (online, a world that does not wait)."""
+        return self.world is not None and not self.world.lockstep
+
+    @property
+    def policy_beside(self) -> bool:
+        """Whether episodes ask the policy beside the loop (`EnvConfig.policy_beside`; only in real time)."""
+        return self.realtime and self.config.policy_beside is not False
+
     def step(
-        self, chunk: ActionChunk, observer: FrameObserver | None = None, max_frames: int | None = None
+        self,
+        chunk: ActionChunk,
+        observer: FrameObserver | None = None,
+        max_frames: int | None = None,
+        offset: float = 0.0,
     ) -> tuple[Observation, StepInfo]:
-        """Follow `chunk` ((m, J) waypoints) for its horizon or the re-plan period (at most `max_frames`);
-        `observer` sees every frame."""
+        """Follow `chunk` ((m, J) waypoints) for its horizon or the re-plan period, both counted from the chunk's
+        start (at most `max_frames`, at least one frame); `offset` s of it passed before it arrived (a policy asked
+        beside the loop: `ActionChunk.targets`); `observer` sees every frame."""
+        self._check(chunk)
+        skipped = round(offset / self.dt)
+        n = max(1, frames_for(chunk, self.dt, self.config.replan_every) - skipped)
+        n = n if max_frames is None else max(1, min(n, max_frames))
+        targets, progress = chunk.targets(self._command, self.dt, n, offset)
+        self._run(targets, progress, n, observer)
+        info = StepInfo(n, float(self.runtime.twin.data.time), progress, self.runtime.desynced)
+        return self.observe(), info
+
+    def follow(
+        self,
+        chunk: ActionChunk,
+        until: Callable[[], bool],
+        observer: FrameObserver | None = None,
+        max_frames: int = 1,
+        offset: float = 0.0,
+    ) -> StepInfo:
+        """Go on following `chunk` from `offset` s into it (held at its last waypoint beyond its horizon) frame by
+        frame until `until()` is true (asked before each frame and, in real time, before each run of due frames),
+        at most `max_frames` frames (none if `until()` is true at once): the loop's part while a policy answers
+        beside it. No observation is made."""
+        self._check(chunk)
+        if max_frames < 1 or until():
+            return StepInfo(0, float(self.runtime.twin.data.time), np.zeros(0), self.runtime.desynced)
+        targets, progress = chunk.targets(self._command, self.dt, max_frames, offset)
+        n = self._run(targets, progress, max_frames, observer, until)
+        return StepInfo(n, float(self.runtime.twin.data.time), progress[:n], self.runtime.desynced)
+
+    def _check(self, chunk: ActionChunk) -> None:
         if chunk.q_des.ndim != 2:
             raise ValueError(f"Env.step: expected a chunk of one environment (m, J), got {chunk.q_des.shape}")
-        n = frames_for(chunk, self.dt, self.config.replan_every, max_frames)
-        targets, progress = chunk.targets(self._command, self.dt, n)
-        realtime = self.world is not None and not self.world.lockstep
+
+    def _run(
+        self,
+        targets: np.ndarray,
+        progress: np.ndarray,
+        n: int,
+        observer: FrameObserver | None,
+        until: Callable[[], bool] | None = None,
+    ) -> int:
+        """Run frames with `targets` (≥ n, J) until n have run or `until()` is true; the frames run."""
+        realtime = self.realtime
         k = 0
-        while k < n:
+        while k < n and (until is None or k == 0 or not until()):
             due = self._due(n - k) if realtime else 1
             for j in range(due):
                 late = time.monotonic() - self._wall0 - self._frame * self.dt if realtime else float("nan")
@@ -236,9 +293,8 @@ class Env:
                                   progress[k + j], report, late)
                     )  # fmt: skip
             k += due
-        self._command = targets[-1]
-        info = StepInfo(n, float(self.runtime.twin.data.time), progress, self.runtime.desynced)
-        return self.observe(), info
+        self._command = targets[k - 1]
+        return k
 
     def close(self) -> None:
         """Stop the runtime's correction thread, if it has one (the world is its owner's to close)."""

@@ -6,6 +6,11 @@ solved; or, online, until the desync detector has held the arm for `EnvConfig.ma
 The task is judged on ground truth every `judge_every` s: online on the world's oracle, offline on
 the twin's own state (the twin is the world there). Observers see the reset, every frame, and the result.
 The policy sees only observations; nothing here passes it the oracle.
+
+Online in real time (`Env.policy_beside`) the policy is asked beside the loop: the observation is handed to a thread
+(`policy.asynchronous.PolicyThread`) and the loop goes on following the current chunk on the wall clock until the
+answer comes; the answer is then followed from the time that has passed since its observation. Only the first chunk
+of an episode is asked inline. Lock-step and offline ask inline: the world waits.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from tqdm import tqdm
 
 from realissim.envs.batch import BatchEnv
 from realissim.envs.env import Env, FrameInfo
+from realissim.policy.asynchronous import PolicyThread
 from realissim.policy.base import Observation, Policy
 from realissim.spec.state import StartState
 
@@ -191,22 +197,57 @@ def _episodes(
     frames, calls, policy_s = 0, 0, 0.0
     limit = round(max_seconds / env.dt)
     max_held = env.config.max_held_s if isinstance(env, Env) and env.online else None
-    while frames < limit:
-        t0 = time.perf_counter()
-        chunk = policy.act(observation)
-        policy_s += time.perf_counter() - t0
-        calls += 1
-        observation, info = env.step(chunk, on_frame, limit - frames)
-        frames += info.frames
+
+    def ended(now: float) -> bool:
         if stop_on_success and all(r.success for r in results):
-            break
-        held = results[0].held_for(float(observation.time)) if max_held is not None else 0.0
+            return True
+        held = results[0].held_for(now) if max_held is not None else 0.0
         if max_held is not None and held >= max_held - 1e-9:
-            log.info("episode abandoned at %.1f s: the detector has held the arm for %.1f s",
-                     float(observation.time), held)  # fmt: skip
+            log.info("episode abandoned at %.1f s: the detector has held the arm for %.1f s", now, held)
             results[0].abandoned = True
-            break
-    judge.judge(float(np.max(observation.time)))
+            return True
+        return False
+
+    beside = PolicyThread(policy) if isinstance(env, Env) and env.policy_beside else None
+    chunk, offset, now = None, 0.0, float(np.max(observation.time))
+    try:
+        while frames < limit:
+            if chunk is None:  # inline (and the first chunk of an episode beside the loop)
+                t0 = time.perf_counter()
+                chunk, offset = policy.act(observation), 0.0
+                policy_s += time.perf_counter() - t0
+                calls += 1
+            if offset:
+                assert isinstance(env, Env)  # (a late chunk: only beside a real-time loop)
+                observation, info = env.step(chunk, on_frame, limit - frames, offset)
+            else:
+                observation, info = env.step(chunk, on_frame, limit - frames)
+            frames += info.frames
+            now = float(np.max(observation.time))
+            if ended(now):
+                break
+            if beside is None:
+                chunk = None
+                continue
+            if frames >= limit:
+                break
+            # Beside the loop: the policy answers this observation while the loop goes on with the chunk it has.
+            assert isinstance(env, Env)
+            beside.submit(observation)
+            more = env.follow(chunk, beside.done, on_frame, limit - frames, offset + info.frames * env.dt)
+            frames += more.frames
+            chunk, seconds = beside.collect()
+            offset = more.frames * env.dt  # the new chunk began at the observation it answers
+            policy_s += seconds
+            calls += 1
+            if more.frames:
+                now = float(more.time)
+                if ended(now):
+                    break
+    finally:
+        if beside is not None:
+            beside.close()
+    judge.judge(now)
     wall = time.perf_counter() - wall0
     for r in results:
         r.frames, r.duration, r.policy_calls, r.wall_s, r.policy_s = frames, frames * env.dt, calls, wall, policy_s

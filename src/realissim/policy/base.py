@@ -91,16 +91,24 @@ class ActionChunk:
         """m."""
         return int(self.q_des.shape[-2])
 
-    def targets(self, q_start: np.ndarray, dt: float, frames: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per-frame joint targets (frames, [B,] J) and progress (frames, [B]) at t = dt, 2·dt, … after the
-        chunk starts: linear between `q_start` ([B,] J, the joints commanded when it arrived) and the
-        waypoints; held at the last waypoint beyond the horizon. Elementwise, so a batch's rows equal the
-        single-environment values bit for bit."""
+    def targets(
+        self, q_start: np.ndarray, dt: float, frames: int, offset: float = 0.0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-frame joint targets (frames, [B,] J) and progress (frames, [B]) at t = offset + dt, offset + 2·dt, …
+        after the chunk starts: linear between `q_start` ([B,] J, the joints commanded at t = offset: when the chunk
+        arrived) and the waypoints still ahead; held at the last waypoint beyond the horizon. `offset` s of the
+        chunk have passed before it arrived (a policy asked beside a real-time loop answers late: its chunk starts
+        at the observation it was asked with); the waypoints due by then are skipped. Elementwise, so a batch's
+        rows equal the single-environment values bit for bit."""
         q = np.moveaxis(self.q_des, -2, 0)  # (m, [B,] J)
         p = np.moveaxis(self.progress, -1, 0)  # (m, [B])
         q0 = np.asarray(q_start, dtype=np.float64)
         if q0.shape != q.shape[1:]:
             raise ValueError(f"targets: q_start must have shape {q.shape[1:]}, got {q0.shape}")
+        if not (offset >= 0 and np.isfinite(offset)):
+            raise ValueError(f"targets: offset must be a finite number of seconds ≥ 0, got {offset}")
+        if offset > 0:
+            return self._targets_after(q0, q, p, dt, frames, offset)
         # Knots: the start, the waypoints, and the last one again (so t ≥ H lands exactly on it).
         knots_q = np.concatenate([q0[None], q, q[-1:]])
         knots_p = np.concatenate([p[:1], p, p[-1:]])  # before the first waypoint, its progress
@@ -112,6 +120,29 @@ class ActionChunk:
         wp = w.reshape((-1,) + (1,) * (knots_p.ndim - 1))
         out_p = knots_p[i] + (knots_p[i + 1] - knots_p[i]) * wp
         return out_q, out_p
+
+    def _targets_after(
+        self, q0: np.ndarray, q: np.ndarray, p: np.ndarray, dt: float, frames: int, offset: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`targets` for offset > 0: knots at `q0` (position offset/step, in waypoint units) and at the waypoints
+        due after it (position i + 1 for waypoint i), the last one again one unit on."""
+        m = self.waypoints
+        step = self.horizon / m
+        s0 = min(offset / step, float(m))
+        ahead = np.arange(m) + 1.0 > s0  # waypoints not yet due
+        if not ahead.any():  # answered after its horizon: the chunk's end, held
+            return np.repeat(q[-1:], frames, axis=0), np.repeat(p[-1:], frames, axis=0)
+        knots_s = np.concatenate([[s0], np.arange(1.0, m + 1)[ahead], [m + 1.0]])
+        knots_q = np.concatenate([q0[None], q[ahead], q[-1:]])
+        whole = np.concatenate([p[:1], p, p[-1:]])  # `targets`'s progress knots, at 0 … m + 1
+        i0 = int(np.floor(s0))
+        knots_p = np.concatenate([(whole[i0] + (whole[i0 + 1] - whole[i0]) * (s0 - i0))[None], p[ahead], p[-1:]])
+        s = np.minimum(s0 + np.arange(1, frames + 1) * dt / step, float(m))
+        i = np.clip(np.searchsorted(knots_s, s, side="right") - 1, 0, len(knots_s) - 2)
+        w = (s - knots_s[i]) / (knots_s[i + 1] - knots_s[i])
+        wq = w.reshape((-1,) + (1,) * (knots_q.ndim - 1))
+        wp = w.reshape((-1,) + (1,) * (knots_p.ndim - 1))
+        return knots_q[i] + (knots_q[i + 1] - knots_q[i]) * wq, knots_p[i] + (knots_p[i + 1] - knots_p[i]) * wp
 
 
 @runtime_checkable
