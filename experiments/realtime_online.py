@@ -30,6 +30,10 @@ import tyro
 log = logging.getLogger(__name__)
 
 
+LOOP_KEYS = ("sync_error_mean_mm", "sync_error_p95_mm", "frames_on_time", "corrected_hz", "policy_ms_mean")
+"""Each evaluation's figures printed beside the table (a key an older evaluation lacks prints None)."""
+
+
 @dataclass
 class Args:
     """Options."""
@@ -104,9 +108,14 @@ def main(args: Args) -> dict:
     for name, r in rates.items():
         print(f"{name}: {r['solved']}/{n} = {100 * r['rate']:.1f} % [{100 * r['wilson95'][0]:.1f}, "
               f"{100 * r['wilson95'][1]:.1f}]")  # fmt: skip
+    loops = {}
+    for name, folder in (("lockstep", lock), ("realtime", real)):
+        summary = json.loads((folder / "results.json").read_text())
+        loops[name] = {key: summary.get(key) for key in LOOP_KEYS}
+        print(f"{name}: " + ", ".join(f"{key} {summary.get(key)}" for key in LOOP_KEYS))
     gap = table["lockstep_only"] - table["realtime_only"]
     print(f"lock-step only − real time only = {gap} ({'within' if gap <= 3 else 'beyond'} the issue's 3)")
-    result = {"table": table, "rates": rates, "checkpoint": str(args.checkpoint), "limit": args.limit}
+    result = {"table": table, "rates": rates, "loops": loops, "checkpoint": str(args.checkpoint), "limit": args.limit}
     (args.out / "paired.json").write_text(json.dumps(result, indent=2))
     return result
 

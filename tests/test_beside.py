@@ -26,6 +26,7 @@ def test_the_loop_steps_on_while_the_thread_corrects_and_applies_its_results_lat
         for q in scripted_targets(scene, 1 / 60, 90):
             reports.append(runtime.frame(q))
         truth = world.oracle.read()
+        assert runtime.correction is not None and runtime.correction.held_frames >= 2  # `beside_min_held`
         runtime.reset()  # waits for the pending job; its outcome belonged to the last episode
         after_reset = runtime.frame(np.asarray(scene.robot.home))
         runtime.close()

@@ -84,6 +84,12 @@ class EpisodeResult:
     objects where the twin had them (`SupervisionConfig.alarm_check`): no alarm."""
     tipped_s: float = 0.0
     """Online: simulated s during which the twin recognised an object standing on a side (`Runtime.tipped`)."""
+    timed_frames: int = 0
+    """Real time: frames with a wall-clock due time (0 in lock-step and offline)."""
+    late_frames: int = 0
+    """Real time: of those, frames whose physics started more than one frame period after their due time."""
+    corrections: int = 0
+    """Online: frames at which a visual correction's result was applied (beside the loop: the results collected)."""
     abandoned: bool = False
     """Online: ended early because the detector held the arm for `EnvConfig.max_held_s` without a break (the
     episode counts as it stands on ground truth: a failure unless the task was already solved)."""
@@ -112,6 +118,8 @@ class EpisodeResult:
             "early_placements": self.early_placements,
             "vetoed_alarms": self.vetoed_alarms,
             "tipped_s": self.tipped_s,
+            "frames_on_time": 1.0 - self.late_frames / self.timed_frames if self.timed_frames else math.nan,
+            "corrected_hz": self.corrections / self.duration if self.duration > 0 else math.nan,
             "abandoned": self.abandoned,
         }
 
@@ -141,6 +149,10 @@ class _Judge:
         report = frame.report
         if report is not None:  # one online episode: the detector's verdicts and the re-acquisitions
             r = self.results[0]
+            if math.isfinite(frame.late_s):
+                r.timed_frames += 1
+                r.late_frames += frame.late_s > self.env.dt
+            r.corrections += report.correction is not None
             was = bool(r.desync_events) and r.desync_events[-1][1] == "fired"
             if report.desynced != was:
                 r.desync_events.append((float(frame.time), "fired" if report.desynced else "re-armed"))

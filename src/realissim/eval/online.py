@@ -159,9 +159,23 @@ class OnlineReport:
             "abandoned": int(sum(r.abandoned for r in done)),
             "tipped_episodes": int(sum(r.tipped_s > 0 for r in done)),
             **detector_summary(self.finished),
+            **loop_summary(done),
             "median_episode_wall_s": float(np.median([r.wall_s for r in done])) if n else math.nan,
             "wall_s": self.wall_s,
         }
+
+
+def loop_summary(results: Sequence[EpisodeResult]) -> dict[str, float]:
+    """The loop over all `results`: the fraction of real-time frames on time (NaN in lock-step), the visual
+    corrections applied per simulated second, and the policy's mean answer time, ms (inline or beside the loop)."""
+    timed = sum(r.timed_frames for r in results)
+    seconds = sum(r.duration for r in results)
+    calls = sum(r.policy_calls for r in results)
+    return {
+        "frames_on_time": 1.0 - sum(r.late_frames for r in results) / timed if timed else math.nan,
+        "corrected_hz": sum(r.corrections for r in results) / seconds if seconds > 0 else math.nan,
+        "policy_ms_mean": 1e3 * sum(r.policy_s for r in results) / calls if calls else math.nan,
+    }
 
 
 def detector_summary(episodes: Sequence[OnlineEpisode]) -> dict[str, float | int]:

@@ -182,6 +182,11 @@ class RuntimeConfig:
     cameras_per_frame`; None: the correction's own setting). One camera costs about two thirds of three's (22 vs
     35 ms here, with the surrogate beside): corrections at ~28 instead of ~21 Hz, and a tighter twin for it
     (docs/decisions.md, "The correction beside the loop")."""
+    beside_min_held: int = 2
+    """With the correction beside the loop: the fewest frames a wrench is held for, and scaled for (its spring and
+    integral divided by their square). A result applied beside the loop is at least a frame old; held and scaled for
+    one frame, the full spring acting on an error a frame or two old set the T oscillating when corrections came
+    faster than one every two frames (docs/decisions.md, "The correction beside the loop")."""
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     arm: ArmConfig = field(default_factory=ArmConfig)
@@ -189,5 +194,7 @@ class RuntimeConfig:
     def __post_init__(self) -> None:
         if self.correct_every < 1:
             raise ValueError(f"correct_every: must be ≥ 1, got {self.correct_every}")
+        if self.beside_min_held < 1:
+            raise ValueError(f"beside_min_held: must be ≥ 1 frame, got {self.beside_min_held}")
         if self.beside_cameras is not None and self.beside_cameras < 1:
             raise ValueError(f"beside_cameras: must be ≥ 1 or None, got {self.beside_cameras}")

@@ -330,7 +330,7 @@ class Runtime:
             if self._last_job:
                 self._period += 0.25 * ((self._frame - self._last_job) - self._period)
             self._last_job = self._frame
-            held = max(1, round(self._period))
+            held = max(self.config.beside_min_held, round(self._period))
             self._beside.submit(self.twin, CorrectionJob(self._frame, time.monotonic(), q_real.copy(), images, held))
         return result, supervision, images, age
 
