@@ -12,37 +12,26 @@ loop must not call the policy meanwhile.
 
 from __future__ import annotations
 
-import sys
-import threading
 import time
 from dataclasses import replace
 
-import torch
-
 from realissim.policy.base import ActionChunk, Observation, Policy
-
-SWITCH_INTERVAL = 0.0005
-"""s: the interpreter's thread switch interval while the thread lives (the default 0.005 would keep the loop
-waiting behind a policy's Python for up to 5 ms at a time)."""
+from realissim.util.worker import WorkerThread
 
 
-class PolicyThread:
+class PolicyThread(WorkerThread):
     """`policy.act` in a worker thread: `submit(observation)`, then `done()` (poll) and `collect()` (its chunk and the
-    seconds the call took); `close()` at the end. An exception raised by the policy is raised again by `collect`."""
+    seconds the call took); `close()` (`WorkerThread`) at the end. An exception raised by the policy is raised again
+    by `collect`."""
 
     def __init__(self, policy: Policy) -> None:
+        super().__init__()
         self.policy = policy
-        self._cond = threading.Condition()
         self._request: Observation | None = None
         self._answer: tuple[ActionChunk, float] | None = None
         self._error: BaseException | None = None
         self._pending = False
-        self._closed = False
-        self._threads = torch.get_num_threads()
-        self._switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._switch, SWITCH_INTERVAL))
-        self._thread = threading.Thread(target=self._run, name="realissim-policy", daemon=True)
-        self._thread.start()
+        self._start("realissim-policy")
 
     @property
     def pending(self) -> bool:
@@ -84,24 +73,13 @@ class PolicyThread:
             assert answer is not None
             return answer
 
-    def close(self) -> None:
-        """Stop the thread (after a pending request) and restore the interpreter's switch interval."""
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join(timeout=60.0)
-        sys.setswitchinterval(self._switch)
-
     def __enter__(self) -> PolicyThread:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _run(self) -> None:
-        torch.set_num_threads(self._threads)  # (a thread's own setting: the loop's pool size)
+    def _serve(self) -> None:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._request is not None or self._closed)

@@ -15,8 +15,6 @@ waiting behind the thread's Python for the interpreter's default 5 ms.
 from __future__ import annotations
 
 import logging
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -26,11 +24,9 @@ import torch
 from realissim.estimate.correction import CorrectionResult, VisualCorrection
 from realissim.runtime.supervision import Supervision, Supervisor
 from realissim.twin.physics import TwinPhysics
+from realissim.util.worker import WorkerThread
 
 log = logging.getLogger(__name__)
-
-SWITCH_INTERVAL = 0.0005
-"""s: the interpreter's thread switch interval while a correction thread runs (the default is 0.005)."""
 
 
 @dataclass(frozen=True)
@@ -64,29 +60,24 @@ class CorrectionOutcome:
     finished: float = 0.0
 
 
-class CorrectionThread:
+class CorrectionThread(WorkerThread):
     """One worker thread running `VisualCorrection` and `Supervisor` on `replica`, one job at a time.
 
     Main thread: `submit(twin, job)` when not `busy`; `poll()` every frame (an outcome once, or None); `wait()`
     before anything that needs the worker idle (a reset); `close()` at the end. An exception in the worker is
-    raised again by the next `poll` or `wait`."""
+    raised again by the next `poll` or `wait`; `close` (`WorkerThread`) stops it after its pending job."""
 
     def __init__(self, correction: VisualCorrection, supervisor: Supervisor, replica: TwinPhysics) -> None:
         if supervisor.twin is not replica:
             raise ValueError("CorrectionThread: the supervisor must watch the replica the thread works on")
         correction.damp_in_wrench = False
+        super().__init__()
         self.correction, self.supervisor, self.replica = correction, supervisor, replica
-        self._cond = threading.Condition()
         self._job: CorrectionJob | None = None
         self._outcome: CorrectionOutcome | None = None
         self._error: BaseException | None = None
         self._busy = False
-        self._closed = False
-        self._threads = torch.get_num_threads()
-        self._switch = sys.getswitchinterval()
-        sys.setswitchinterval(SWITCH_INTERVAL)
-        self._thread = threading.Thread(target=self._run, name="realissim-correction", daemon=True)
-        self._thread.start()
+        self._start("realissim-correction")
 
     @property
     def busy(self) -> bool:
@@ -121,24 +112,13 @@ class CorrectionThread:
             self._busy = False
             return outcome
 
-    def close(self) -> None:
-        """Stop the thread (after its pending job) and restore the interpreter's switch interval."""
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._cond.notify_all()
-        self._thread.join(timeout=30.0)
-        sys.setswitchinterval(self._switch)
-
     def _raise(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
             self._busy = False
             raise RuntimeError(f"the correction thread failed: {error!r}") from error
 
-    def _run(self) -> None:
-        torch.set_num_threads(self._threads)  # (a thread's own setting: the same pool size as the loop's)
+    def _serve(self) -> None:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._job is not None or self._closed)
