@@ -26,7 +26,6 @@ def test_the_loop_steps_on_while_the_thread_corrects_and_applies_its_results_lat
         for q in scripted_targets(scene, 1 / 60, 90):
             reports.append(runtime.frame(q))
         truth = world.oracle.read()
-        assert runtime.correction is not None and runtime.correction.held_frames >= 2  # `beside_min_held`
         runtime.reset()  # waits for the pending job; its outcome belonged to the last episode
         after_reset = runtime.frame(np.asarray(scene.robot.home))
         runtime.close()
@@ -58,6 +57,21 @@ def test_a_failure_in_the_thread_is_raised_in_the_loop(scene: SceneSpec) -> None
             for _ in range(600):  # the first job fails; a later frame collects the failure
                 runtime.frame(home)
         runtime.close()
+
+
+def test_a_wrench_beside_the_loop_is_held_at_least_beside_min_held_frames(scene: SceneSpec) -> None:
+    # In lock-step a frame is quicker than a correction, so the measured period is several frames but far under 50:
+    # the floor, not the period, must set what the wrench is held and scaled for.
+    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90))) as world:
+        runtime = Runtime(scene, RuntimeConfig(correct_beside=True, beside_min_held=50), world)
+        runtime.reset()
+        for q in scripted_targets(scene, 1 / 60, 30):
+            runtime.frame(q)
+        runtime.reset()  # waits for the pending job
+        assert runtime.correction is not None and runtime.correction.held_frames == 50
+        runtime.close()
+    with pytest.raises(ValueError, match="beside_min_held"):
+        RuntimeConfig(beside_min_held=0)
 
 
 def test_inline_is_the_lockstep_default_and_beside_the_real_time_one(scene: SceneSpec) -> None:

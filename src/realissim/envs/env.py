@@ -137,11 +137,13 @@ def offline_runtime(config: EnvConfig) -> RuntimeConfig:
     return replace(config.runtime, follow=False, correct=False, physics=physics)
 
 
-def frames_for(chunk: ActionChunk, dt: float, replan_every: float | None, max_frames: int | None = None) -> int:
-    """Frames of `dt` s to follow `chunk` for: its horizon, or the re-plan period if shorter, or `max_frames` if
-    fewer (at least 1)."""
+def frames_for(
+    chunk: ActionChunk, dt: float, replan_every: float | None, max_frames: int | None = None, offset: float = 0.0
+) -> int:
+    """Frames of `dt` s to follow `chunk` for: its horizon, or the re-plan period if shorter, both counted from the
+    chunk's start, less the `offset` s of it that passed before it arrived; or `max_frames` if fewer (at least 1)."""
     span = chunk.horizon if replan_every is None else min(chunk.horizon, replan_every)
-    n = max(1, round(span / dt))
+    n = max(1, round(span / dt) - round(offset / dt))
     return n if max_frames is None else max(1, min(n, max_frames))
 
 
@@ -238,9 +240,7 @@ class Env:
         start (at most `max_frames`, at least one frame); `offset` s of it passed before it arrived (a policy asked
         beside the loop: `ActionChunk.targets`); `observer` sees every frame."""
         self._check(chunk)
-        skipped = round(offset / self.dt)
-        n = max(1, frames_for(chunk, self.dt, self.config.replan_every) - skipped)
-        n = n if max_frames is None else max(1, min(n, max_frames))
+        n = frames_for(chunk, self.dt, self.config.replan_every, max_frames, offset)
         targets, progress = chunk.targets(self._command, self.dt, n, offset)
         self._run(targets, progress, n, observer)
         info = StepInfo(n, float(self.runtime.twin.data.time), progress, self.runtime.desynced)

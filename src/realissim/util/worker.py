@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from abc import ABC, abstractmethod
 
 import torch
 
@@ -16,7 +17,7 @@ SWITCH_INTERVAL = 0.0005
 """s: the interpreter's thread switch interval while a worker lives (the default is 0.005)."""
 
 
-class WorkerThread:
+class WorkerThread(ABC):
     """Subclasses set their state, then call `_start(name)`, and implement `_serve()`: their loop, waiting on
     `self._cond` and returning once `self._closed` (set by `close`) is seen."""
 
@@ -36,8 +37,9 @@ class WorkerThread:
         torch.set_num_threads(self._threads)  # (a thread's own setting: the owner's pool size)
         self._serve()
 
+    @abstractmethod
     def _serve(self) -> None:
-        raise NotImplementedError
+        """The thread's loop (see the class)."""
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop the thread (after the work in hand, waiting at most `timeout` s) and restore the interpreter's
