@@ -104,7 +104,7 @@ def test_correction_pulls_the_twin_onto_reality(scene: SceneSpec, setup) -> None
     adr = _t_qpos(reality)
     reality.data.qpos[adr : adr + 2] += [0.02, -0.01]
     mujoco.mj_forward(reality.model, reality.data)
-    errors = []
+    errors = [np.linalg.norm(twin.state().object_pos[0, :2] - reality.state().object_pos[0, :2])]
     for _ in range(120):
         images = views.render(reality.data)[0]
         twin.apply_wrenches(_correct(twin, correction, images).wrenches)
@@ -524,3 +524,53 @@ def test_a_wrench_found_without_damping_is_damped_with_the_velocity_now(setup) -
     np.testing.assert_allclose(damped[0, :3], correction.damping_wrench([[0.2, 0, 0, 0, 0, 0]])[0, :3], atol=1e-9)
     big = correction.damped(np.array([[500.0, 0, 0, 0, 0, 0]]), twin)
     assert np.linalg.norm(big[0, :3]) == pytest.approx(correction.config.max_force)
+
+
+@pytest.mark.parametrize("resting", [True, False])
+def test_gauss_newton_finds_the_offset_the_images_show(setup, resting: bool) -> None:
+    """Levenberg–Marquardt on the pose finds the offset itself (not a bounded step towards it, as Adam's): on the
+    T's in-plane coordinates when it rests on the table, on all six when nothing supports it."""
+    from realissim.twin.support import support_normals
+
+    twin, views, _ = setup
+    twin.reset()
+    twin.step()
+    config = CorrectionConfig(solver="gauss_newton", integral=0.0)
+    correction = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)
+    robot_qpos = twin.layout.robot_qpos
+    pose = correction.poses(twin.data.qpos, robot_qpos, twin.data.qpos[robot_qpos])
+    support = support_normals(twin.model, twin.data, correction.object_bodies, config.support_margin)
+    assert np.linalg.norm(support[0]) > 0.5  # the T rests on the table
+    for dx, dyaw in ((0.004, 0.0), (0.006, np.radians(2.0)), (-0.003, np.radians(-3.0))):
+        images = _render_with_t_moved(twin, views, dx=dx, dyaw=dyaw)
+        result = correction(*pose, images, np.zeros((1, 6)), support if resting else None)
+        found = result.wrenches[0] / np.array([config.stiffness] * 3 + [config.rot_stiffness] * 3)
+        assert found[0] == pytest.approx(dx, abs=1.2e-3), found
+        assert abs(found[1]) < 1.2e-3, found
+        assert found[5] == pytest.approx(dyaw, abs=np.radians(0.6)), np.degrees(found[5])
+        assert result.loss_after < result.loss_before
+        assert result.stages["backward"] == 0.0  # no backward pass: renders only
+
+
+def test_gauss_newton_steps_stay_within_their_trust_region(setup) -> None:
+    """An offset far beyond where the renders are linear in the pose is not followed in one correction: each step
+    is bounded by `gn_max_step` (the search takes over such losses)."""
+    twin, views, _ = setup
+    twin.reset()
+    twin.step()
+    config = CorrectionConfig(solver="gauss_newton", integral=0.0, gn_max_step=(0.005, 0.05), gn_iterations=2)
+    correction = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)
+    robot_qpos = twin.layout.robot_qpos
+    pose = correction.poses(twin.data.qpos, robot_qpos, twin.data.qpos[robot_qpos])
+    result = correction(*pose, _render_with_t_moved(twin, views, dx=0.04), np.zeros((1, 6)), None)
+    found = result.wrenches[0, :3] / config.stiffness
+    assert 0.002 < found[0] <= 2 * 0.005 + 1e-9, found  # towards it, at most two bounded steps
+
+
+def test_gauss_newton_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="gn_iterations"):
+        CorrectionConfig(gn_iterations=0)
+    with pytest.raises(ValueError, match="gn_fd_step"):
+        CorrectionConfig(gn_fd_step=(0.0, 0.01))
+    with pytest.raises(ValueError, match="gn_smoothing"):
+        CorrectionConfig(gn_smoothing=-1.0)

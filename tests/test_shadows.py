@@ -204,7 +204,7 @@ def test_faces_shaded_by_their_normals_carry_the_fitted_colours_to_a_turned_t(sc
         light = views.fit_shadow(*poses[0][:2], shots[0], ShadowFitConfig(shade_faces=faces))
         assert light is not None and light.shade_faces == faces
         fit_colors(views, *poses[0][:2], shots[0][None])
-        config = CorrectionConfig(iterations=40, integral=0.0, rest_eps2d=None)
+        config = CorrectionConfig(solver="adam", iterations=40, integral=0.0, rest_eps2d=None)
         correction = VisualCorrection(views, twin.model, config, frame_dt=twin.dt)
         found = [correction(*pose, shot).wrenches[0, :2] / config.stiffness for pose, shot in zip(poses[1:], shots[1:])]
         offsets[faces] = [1e3 * float(np.linalg.norm(f)) for f in found]

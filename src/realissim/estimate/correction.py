@@ -36,11 +36,11 @@ from realissim.views.cameras import TwinViews, ViewWindow
 @dataclass(frozen=True)
 class CorrectionResult:
     """One frame's correction: wrenches (K,6) [force N, torque N·m] in the world frame at each object's
-    centre of mass; the photometric loss (over the optimised window) at the twin's pose and at the start of
-    the last step; the mean Gaussian displacement per object (K,) m; and the time spent, s, in all and per
-    stage (`stages`: forward = rendering and loss, backward = their gradients, optimiser = the steps,
-    summed over the iterations; prepare = the rest: placing the Gaussians, the window, the culling and the
-    wrenches)."""
+    centre of mass; the photometric loss (over the optimised window) at the twin's pose and after the correction
+    (Adam: at the start of its last step; Gauss–Newton: the least over the poses it rendered); the mean Gaussian
+    displacement per object (K,) m; and the time spent, s, in all and per stage (`stages`: forward = rendering and
+    loss, backward = their gradients, optimiser = the steps (Gauss–Newton: the solves), summed over the iterations;
+    prepare = the rest: placing the Gaussians, the window, the culling and the wrenches)."""
 
     wrenches: np.ndarray
     loss_before: float
@@ -55,7 +55,7 @@ class CorrectionResult:
 
     @property
     def residual(self) -> float:
-        """The photometric residual the desync detector watches (the loss at the start of the last step)."""
+        """The photometric residual the desync detector watches (`loss_after`)."""
         return self.loss_after
 
 
@@ -274,7 +274,7 @@ class VisualCorrection:
         rest = [t[self._obj] for t in (g.scales, g.colors, g.opacities)]
         if cfg.mode == "rigid":
             wrenches, moved, planar, losses = self._rigid(
-                means0, quats0, rest, fixed, xipos, target, window, velocity, stages, eps2d, background
+                means0, quats0, rest, fixed, xipos, target, window, velocity, stages, eps2d, background, support
             )
             if self._sharpen and bool(np.any(planar > cfg.rest_shift)):
                 self._still = 0  # found away: the next frame renders with the wider basin
@@ -294,7 +294,17 @@ class VisualCorrection:
         wrenches = wrenches * np.minimum(1.0, cfg.max_force / np.maximum(norm, 1e-12))
         seconds = time.perf_counter() - start
         stages["prepare"] = seconds - stages["forward"] - stages["backward"] - stages["optimiser"]
-        return CorrectionResult(wrenches, losses[0], losses[-1], moved, seconds, stages, saturated, eps2d)
+        # Adam: the loss at the start of the last step; Gauss–Newton: the least seen (a step that made it worse is
+        # taken back, so the last render need not be the best explanation the correction found).
+        after = min(losses) if cfg.mode == "rigid" and cfg.solver == "gauss_newton" else losses[-1]
+        return CorrectionResult(wrenches, losses[0], after, moved, seconds, stages, saturated, eps2d)
+
+    def _compared(self, images: Tensor) -> Tensor:
+        """What the loss compares of images (C,H,W,3): their chromaticity while the twin renders a shadow and
+        `shadow_compare` says so (see there), else the images themselves."""
+        if self.views.shadow is not None and self.config.shadow_compare == "chromaticity":
+            return images / (images.sum(dim=-1, keepdim=True) + self.config.chroma_floor)
+        return images
 
     def _optimise(
         self,
@@ -318,12 +328,7 @@ class VisualCorrection:
         losses = []
         clock = time.perf_counter
         gain = None
-        chroma = views.shadow is not None and cfg.shadow_compare == "chromaticity"
-        floor = cfg.chroma_floor
-
-        def compared(images: Tensor) -> Tensor:
-            return images / (images.sum(dim=-1, keepdim=True) + floor) if chroma else images
-
+        compared = self._compared
         seen = compared(blur_images(target, cfg.blur))
         for _ in range(cfg.iterations):
             t0 = clock()
@@ -363,21 +368,18 @@ class VisualCorrection:
         stages: dict[str, float],
         eps2d: float,
         background: Tensor,
+        support: np.ndarray | None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float]]:
-        """Rigid mode: Adam on one translation (K,3) m and rotation vector (K,3) rad per body, about its COM;
-        returns wrenches (K,6) (uncapped), translations found (K,) m and their planar (x, y) parts (K,) m, and the
-        losses."""
+        """Rigid mode: one translation (K,3) m and rotation vector (K,3) rad per body, about its COM, found by
+        `solver`; returns wrenches (K,6) (uncapped), translations found (K,) m and their planar (x, y) parts (K,) m,
+        and the losses."""
         cfg, k = self.config, len(self.object_bodies)
         com = torch.as_tensor(xipos[self.object_bodies], dtype=torch.float32)[self._slot]
         arm = means0 - com
-        # Horizontal (x, y) and vertical (z) parts are separate parameters: with "vector_adam" the horizontal
-        # step follows the gradient's direction while the vertical one (where the table holds the object) keeps
-        # its own scale and cannot dilute it.
-        shift_xy, shift_z = torch.zeros(k, 2, requires_grad=True), torch.zeros(k, 1, requires_grad=True)
-        rot_xy, rot_z = torch.zeros(k, 2, requires_grad=True), torch.zeros(k, 1, requires_grad=True)
 
-        def objects() -> list[Tensor]:
-            shift, rotvec = torch.cat([shift_xy, shift_z], dim=-1), torch.cat([rot_xy, rot_z], dim=-1)
+        def place(shift: Tensor, rotvec: Tensor) -> list[Tensor]:
+            """The objects' Gaussian arguments with each body moved by `shift` (K,3) m and turned by `rotvec` (K,3)
+            rad about its COM."""
             r = rotvec[self._slot]
             # Small rotation per frame: second-order Rodrigues for points, first-order quaternion.
             cross = torch.linalg.cross(r, arm, dim=-1)
@@ -385,14 +387,27 @@ class VisualCorrection:
             dq = torch.cat([torch.ones_like(r[:, :1]), 0.5 * r], dim=-1)
             return [moved, quat_multiply(dq / dq.norm(dim=-1, keepdim=True), quats0), *rest]
 
-        groups = [
-            {"params": [shift_xy, shift_z], "lr": cfg.lr_means},
-            {"params": [rot_xy, rot_z], "lr": cfg.lr_rotation},
-        ]
-        losses = self._optimise(groups, objects, fixed, target, window, stages, eps2d, background)
-        found = torch.cat([shift_xy, shift_z], dim=-1).detach().double().numpy()
-        turned = torch.cat([rot_xy, rot_z], dim=-1).detach().double().numpy()
-        step = np.concatenate([found, turned], axis=1)
+        if cfg.solver == "gauss_newton":
+            step, losses = self._gauss_newton(place, fixed, target, window, stages, eps2d, background, support)
+        else:
+            # Horizontal (x, y) and vertical (z) parts are separate parameters: with "vector_adam" the horizontal
+            # step follows the gradient's direction while the vertical one (where the table holds the object) keeps
+            # its own scale and cannot dilute it.
+            shift_xy, shift_z = torch.zeros(k, 2, requires_grad=True), torch.zeros(k, 1, requires_grad=True)
+            rot_xy, rot_z = torch.zeros(k, 2, requires_grad=True), torch.zeros(k, 1, requires_grad=True)
+            groups = [
+                {"params": [shift_xy, shift_z], "lr": cfg.lr_means},
+                {"params": [rot_xy, rot_z], "lr": cfg.lr_rotation},
+            ]
+
+            def objects() -> list[Tensor]:
+                return place(torch.cat([shift_xy, shift_z], dim=-1), torch.cat([rot_xy, rot_z], dim=-1))
+
+            losses = self._optimise(groups, objects, fixed, target, window, stages, eps2d, background)
+            found = torch.cat([shift_xy, shift_z], dim=-1).detach().double().numpy()
+            turned = torch.cat([rot_xy, rot_z], dim=-1).detach().double().numpy()
+            step = np.concatenate([found, turned], axis=1)
+        found = step[:, :3]
         wrench = self._rigid_gains * step
         if cfg.integral > 0:
             self._accumulated = self._accumulated * np.exp(-self._frame_dt / cfg.integral_leak) + step
@@ -409,6 +424,128 @@ class VisualCorrection:
         if velocity is not None and self.damp_in_wrench:
             wrench -= np.asarray(velocity, dtype=np.float64) * self._damping
         return wrench, np.linalg.norm(found, axis=1), np.linalg.norm(found[:, :2], axis=1), losses
+
+    def _gauss_newton(
+        self,
+        place: Callable[[Tensor, Tensor], list[Tensor]],
+        fixed: Gaussians,
+        target: Tensor,
+        window: ViewWindow,
+        stages: dict[str, float],
+        eps2d: float,
+        background: Tensor,
+        support: np.ndarray | None,
+    ) -> tuple[np.ndarray, list[float]]:
+        """solver "gauss_newton": each body's pose change (K,6) [translation m, rotation vector rad], world frame, by
+        Levenberg–Marquardt on the photometric residual, and the loss at the start of each step (as `_optimise`).
+
+        The free coordinates of a body resting on a support (a nonzero row of `support` (K,3)) are its in-plane
+        translation and its turn about the normal; otherwise all six. The Jacobian is taken once, at the twin's
+        pose, by forward differences (one render per body and coordinate, `gn_fd_step`), and reused for every step
+        (the chord method): each step after the first costs one render. The robust loss is met by reweighting
+        (Huber: 1 inside δ, δ/|r| outside). A step that made the loss worse is halved back towards the best pose
+        seen. Each step is bounded by `gn_max_step`."""
+        cfg, views, clock = self.config, self.views, time.perf_counter
+        k = len(self.object_bodies)
+        h_t, h_r = cfg.gn_fd_step
+        bases = []  # per body (6, d): columns are one forward-difference step along each free coordinate
+        for i in range(k):
+            n = None if support is None else np.asarray(support[i], dtype=np.float64)
+            if n is not None and np.linalg.norm(n) > 0.5:
+                n = n / np.linalg.norm(n)
+                t1 = np.cross(n, [1.0, 0.0, 0.0] if abs(n[0]) < 0.9 else [0.0, 1.0, 0.0])
+                t1 /= np.linalg.norm(t1)
+                t2 = np.cross(n, t1)
+                basis = np.zeros((6, 3))
+                basis[:3, 0], basis[:3, 1], basis[3:, 2] = h_t * t1, h_t * t2, h_r * n
+            else:
+                basis = np.diag([h_t] * 3 + [h_r] * 3)
+            bases.append(basis)
+        d = sum(basis.shape[1] for basis in bases)
+        gain: Tensor | None = None
+        # Both images are compared through a Gaussian of σ `gn_smoothing` (composed with `blur`'s).
+        sigma = float(np.hypot(cfg.gn_smoothing, cfg.blur))
+        seen = self._compared(blur_images(target, sigma))
+
+        def pose(u: np.ndarray) -> np.ndarray:
+            """(K,6) pose change for the stacked coordinates u (in forward-difference steps)."""
+            out, at = np.zeros((k, 6)), 0
+            for i, basis in enumerate(bases):
+                out[i] = basis @ u[at : at + basis.shape[1]]
+                at += basis.shape[1]
+            return out
+
+        def residual(u: np.ndarray) -> Tensor:
+            nonlocal gain
+            t0 = clock()
+            moved = torch.as_tensor(pose(u), dtype=torch.float32)
+            with torch.no_grad():
+                args = [torch.cat([a, b]) for a, b in zip(place(moved[:, :3], moved[:, 3:]), fixed.args())]
+                rgb, _, _ = rasterize(
+                    *args, window.Ks, window.X_WCs, window.width, window.height, background, views.backend,
+                    static=window.static_layer, eps2d=eps2d,
+                )  # fmt: skip
+                if cfg.exposure:
+                    if gain is None:  # from the render at the twin's pose, as `_optimise`
+                        gain = ((rgb * target).sum(dim=(1, 2)) / (rgb * rgb).sum(dim=(1, 2)).clamp_min(1e-9))[
+                            :, None, None
+                        ]
+                    rgb = rgb * gain
+                r = (self._compared(blur_images(rgb, sigma)) - seen).reshape(-1).double()
+            stages["forward"] += clock() - t0
+            return r
+
+        def loss_and_weights(r: Tensor) -> tuple[float, Tensor]:
+            a = r.abs()
+            if cfg.loss == "l2":
+                return float((r * r).mean()), torch.ones_like(r)
+            if cfg.loss == "l1":
+                return float(a.mean()), 1.0 / a.clamp_min(1e-6)
+            d = cfg.huber_delta
+            loss = torch.where(a <= d, 0.5 * r * r, d * (a - 0.5 * d)).mean()
+            return float(loss), torch.clamp(d / a.clamp_min(1e-12), max=1.0)
+
+        u0 = np.zeros(d)
+        r0 = residual(u0)
+        jac = torch.empty(r0.numel(), d, dtype=torch.float64)
+        for c in range(d):
+            jac[:, c] = residual(np.eye(d)[c]) - r0
+
+        def solve(u: np.ndarray, r: Tensor) -> np.ndarray:
+            """The next coordinates from u, where the residual is r: one damped Gauss–Newton step, bounded."""
+            t0 = clock()
+            _, w = loss_and_weights(r)
+            wj = jac * w[:, None]
+            normal = jac.T @ wj
+            diag = torch.diagonal(normal)
+            normal = normal + torch.diag(cfg.gn_damping * diag + 1e-12 * (1.0 + float(diag.max())))
+            delta = -torch.linalg.solve(normal, wj.T @ r).numpy()
+            moved = pose(delta)
+            scale = np.minimum(
+                cfg.gn_max_step[0] / np.maximum(np.linalg.norm(moved[:, :3], axis=1), 1e-12),
+                cfg.gn_max_step[1] / np.maximum(np.linalg.norm(moved[:, 3:], axis=1), 1e-12),
+            ).clip(max=1.0)
+            at = 0
+            for i, basis in enumerate(bases):
+                delta[at : at + basis.shape[1]] *= scale[i]
+                at += basis.shape[1]
+            stages["optimiser"] += clock() - t0
+            return u + delta
+
+        best_loss, _ = loss_and_weights(r0)
+        losses = [best_loss]
+        best, best_r = u0, r0
+        candidate = solve(best, best_r)
+        for _ in range(cfg.gn_iterations - 1):
+            r = residual(candidate)
+            loss, _ = loss_and_weights(r)
+            losses.append(loss)
+            if loss < best_loss:
+                best, best_r, best_loss = candidate, r, loss
+                candidate = solve(best, best_r)
+            else:
+                candidate = 0.5 * (best + candidate)
+        return pose(candidate), losses
 
     def _wrenches(self, delta: Tensor, x_old: Tensor, xipos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-body wrenches (K,6) (uncapped) and mean displacement (K,) m from Gaussian displacements (n,3)."""

@@ -13,9 +13,10 @@ class CorrectionConfig:
     """The visual-force correction."""
 
     iterations: int = 5
-    """Adam steps per frame: five, not three, since the twin's views render with hard edges (`ViewsConfig.eps2d`
-    0.05), whose narrower basin a push outruns in three (docs/decisions.md, "The renderer's low-pass"). Each step
-    costs a render and its backward pass; the smaller footprints of that low-pass pay for the two extra ones."""
+    """With solver "adam" (or mode "gaussians"): Adam steps per frame: five, not three, since the twin's views render
+    with hard edges (`ViewsConfig.eps2d` 0.05), whose narrower basin a push outruns in three (docs/decisions.md, "The
+    renderer's low-pass"). Each step costs a render and its backward pass; the smaller footprints of that low-pass
+    pay for the two extra ones."""
     lr_means: float = 1.5e-3
     """Adam learning rate of the Gaussians' means, m."""
     adam_eps: float = 1e-6
@@ -57,6 +58,28 @@ class CorrectionConfig:
     (docs/decisions.md)."""
     lr_rotation: float = 0.005
     """rigid: Adam learning rate of each body's rotation vector, rad."""
+    solver: Literal["adam", "gauss_newton"] = "gauss_newton"
+    """rigid: how each body's pose is found (Gauss–Newton since 2026-12-07 (D): half the cost, and it finds the
+    offset itself where Adam's bounded steps found at most ~7.5 mm). "adam": `iterations` first-order steps, each a
+    render and its backward pass; "gauss_newton": Levenberg–Marquardt on the pose's free coordinates (the in-plane x,
+    y and the turn about the support normal for a resting body, all six otherwise) with the Jacobian by forward
+    differences of renders at the twin's pose, reused for `gn_iterations` steps (each one render): no backward pass
+    (docs/decisions.md, "Gauss–Newton on the pose")."""
+    gn_iterations: int = 2
+    """solver "gauss_newton": steps after the Jacobian; each but the last is checked with one render (a step that
+    made the loss worse is halved back towards the best pose seen)."""
+    gn_fd_step: tuple[float, float] = (1e-3, 0.01)
+    """solver "gauss_newton": the forward-difference steps, m for translations and rad for rotations."""
+    gn_smoothing: float = 1.0
+    """solver "gauss_newton": σ, px, of a Gaussian blur both images are compared through (composed with `blur`'s).
+    With the views' hard edges a pixel changes only when an edge crosses its centre, and a forward-difference
+    Jacobian sees no farther than its own step: unsmoothed, two steps found 3.7 mm of a 12 mm offset; through σ 1 px,
+    9.8 mm (docs/decisions.md, "Gauss–Newton on the pose")."""
+    gn_damping: float = 1e-3
+    """solver "gauss_newton": Marquardt's λ, relative to the normal matrix's diagonal."""
+    gn_max_step: tuple[float, float] = (0.008, 0.08)
+    """solver "gauss_newton": the most one step may move a body, m and rad: a trust region (the renders are linear in
+    the pose only over a few px), about as far as Adam's five steps went, so a gross loss is left to the search."""
     rot_stiffness: float = 8.0
     """rigid: torque per radian of rotation found, N·m/rad."""
     damping_ratio: float = 1.0
@@ -111,6 +134,15 @@ class CorrectionConfig:
     one (an unseen hand) should meet the wider basin (a guard: at rest the shift found is 0.1–1 mm)."""
 
     def __post_init__(self) -> None:
+        if self.gn_iterations < 1:
+            raise ValueError(f"gn_iterations: must be ≥ 1, got {self.gn_iterations}")
+        if not self.gn_smoothing >= 0:
+            raise ValueError(f"gn_smoothing: must be ≥ 0 px, got {self.gn_smoothing}")
+        if not (min(self.gn_fd_step) > 0 and min(self.gn_max_step) > 0 and self.gn_damping >= 0):
+            raise ValueError(
+                f"gn_fd_step, gn_max_step: must be > 0, gn_damping ≥ 0; got {self.gn_fd_step}, {self.gn_max_step}, "
+                f"{self.gn_damping}"
+            )
         if self.iterations < 1:
             raise ValueError(f"iterations: must be ≥ 1, got {self.iterations}")
         if self.rest_eps2d is not None and not self.rest_eps2d >= 0:
