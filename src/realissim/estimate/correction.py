@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import mujoco
 import numpy as np
+import scipy.linalg
 import torch
 from numpy.typing import ArrayLike
 from torch import Tensor
@@ -273,7 +274,7 @@ class VisualCorrection:
             fixed = Gaussians(*(t[keep] for t in fixed.args()))
         rest = [t[self._obj] for t in (g.scales, g.colors, g.opacities)]
         if cfg.mode == "rigid":
-            wrenches, moved, planar, losses = self._rigid(
+            wrenches, moved, planar, (before, after) = self._rigid(
                 means0, quats0, rest, fixed, xipos, target, window, velocity, stages, eps2d, background, support
             )
             if self._sharpen and bool(np.any(planar > cfg.rest_shift)):
@@ -282,7 +283,7 @@ class VisualCorrection:
             means = means0.clone().requires_grad_()
             quats = quats0.clone().requires_grad_()
             groups = [{"params": [means], "lr": cfg.lr_means}, {"params": [quats], "lr": cfg.lr_quats}]
-            losses = self._optimise(
+            before, after = self._optimise(
                 groups, lambda: [means, quats, *rest], fixed, target, window, stages, eps2d, background
             )
             wrenches, moved = self._wrenches(means.detach().double() - means0.double(), means0.double(), xipos)
@@ -294,10 +295,7 @@ class VisualCorrection:
         wrenches = wrenches * np.minimum(1.0, cfg.max_force / np.maximum(norm, 1e-12))
         seconds = time.perf_counter() - start
         stages["prepare"] = seconds - stages["forward"] - stages["backward"] - stages["optimiser"]
-        # Adam: the loss at the start of the last step; Gauss–Newton: the least seen (a step that made it worse is
-        # taken back, so the last render need not be the best explanation the correction found).
-        after = min(losses) if cfg.mode == "rigid" and cfg.solver == "gauss_newton" else losses[-1]
-        return CorrectionResult(wrenches, losses[0], after, moved, seconds, stages, saturated, eps2d)
+        return CorrectionResult(wrenches, before, after, moved, seconds, stages, saturated, eps2d)
 
     def _compared(self, images: Tensor) -> Tensor:
         """What the loss compares of images (C,H,W,3): their chromaticity while the twin renders a shadow and
@@ -305,6 +303,32 @@ class VisualCorrection:
         if self.views.shadow is not None and self.config.shadow_compare == "chromaticity":
             return images / (images.sum(dim=-1, keepdim=True) + self.config.chroma_floor)
         return images
+
+    def _comparison(
+        self, fixed: Gaussians, target: Tensor, window: ViewWindow, background: Tensor, eps2d: float, sigma: float
+    ) -> tuple[Tensor, Callable[[list[Tensor]], Tensor]]:
+        """What the loss compares, (C,H,W,3): the real window `target` blurred by σ `sigma` px (`_compared`), and a
+        function giving the same of the objects' render from their Gaussian arguments (rendered with `fixed` over
+        `background` with the low-pass `eps2d` px²; with `exposure`, scaled by the gain fitted at its first call, the
+        twin's pose, and kept for the frame's later calls). Differentiable."""
+        cfg, views = self.config, self.views
+        gain: Tensor | None = None
+
+        def rendered(objects: list[Tensor]) -> Tensor:
+            nonlocal gain
+            args = [torch.cat([a, b]) for a, b in zip(objects, fixed.args())]
+            rgb, _, _ = rasterize(
+                *args, window.Ks, window.X_WCs, window.width, window.height, background, views.backend,
+                static=window.static_layer, eps2d=eps2d,
+            )  # fmt: skip
+            if cfg.exposure:
+                if gain is None:
+                    r = rgb.detach()
+                    gain = ((r * target).sum(dim=(1, 2)) / (r * r).sum(dim=(1, 2)).clamp_min(1e-9))[:, None, None]
+                rgb = rgb * gain
+            return self._compared(blur_images(rgb, sigma))
+
+        return self._compared(blur_images(target, sigma)), rendered
 
     def _optimise(
         self,
@@ -316,33 +340,21 @@ class VisualCorrection:
         stages: dict[str, float],
         eps2d: float,
         background: Tensor,
-    ) -> list[float]:
+    ) -> tuple[float, float]:
         """`iterations` Adam steps on `groups`; `objects()` gives the objects' Gaussian arguments from the
         current parameters; rendered with the low-pass `eps2d` px² over `background`; the time spent is added to
-        `stages`. Returns the
-        photometric loss at the start of each step (no extra render after the last step: docs/decisions.md)."""
-        views, cfg = self.views, self.config
+        `stages`. Returns the photometric loss at the start of the first step (the twin's pose) and of the last (no
+        extra render after the last step: docs/decisions.md)."""
+        cfg = self.config
         optimiser = (
             torch.optim.Adam(groups, eps=cfg.adam_eps) if cfg.optimiser == "adam" else VectorAdam(groups, cfg.adam_eps)
         )
         losses = []
         clock = time.perf_counter
-        gain = None
-        compared = self._compared
-        seen = compared(blur_images(target, cfg.blur))
+        seen, rendered = self._comparison(fixed, target, window, background, eps2d, cfg.blur)
         for _ in range(cfg.iterations):
             t0 = clock()
-            args = [torch.cat([a, b]) for a, b in zip(objects(), fixed.args())]
-            rgb, _, _ = rasterize(
-                *args, window.Ks, window.X_WCs, window.width, window.height, background, views.backend,
-                static=window.static_layer, eps2d=eps2d,
-            )  # fmt: skip
-            if cfg.exposure:
-                if gain is None:  # from the render at the twin's pose; fixed for this frame's steps
-                    r = rgb.detach()
-                    gain = ((r * target).sum(dim=(1, 2)) / (r * r).sum(dim=(1, 2)).clamp_min(1e-9))[:, None, None]
-                rgb = rgb * gain
-            loss = photometric_loss(compared(blur_images(rgb, cfg.blur)), seen, cfg.loss, cfg.huber_delta)
+            loss = photometric_loss(rendered(objects()), seen, cfg.loss, cfg.huber_delta)
             losses.append(float(loss.detach()))
             t1 = clock()
             optimiser.zero_grad()
@@ -353,7 +365,7 @@ class VisualCorrection:
             stages["forward"] += t1 - t0
             stages["backward"] += t2 - t1
             stages["optimiser"] += t3 - t2
-        return losses
+        return losses[0], losses[-1]
 
     def _rigid(
         self,
@@ -369,10 +381,10 @@ class VisualCorrection:
         eps2d: float,
         background: Tensor,
         support: np.ndarray | None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float]]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[float, float]]:
         """Rigid mode: one translation (K,3) m and rotation vector (K,3) rad per body, about its COM, found by
         `solver`; returns wrenches (K,6) (uncapped), translations found (K,) m and their planar (x, y) parts (K,) m,
-        and the losses."""
+        and the losses before and after (see `CorrectionResult`)."""
         cfg, k = self.config, len(self.object_bodies)
         com = torch.as_tensor(xipos[self.object_bodies], dtype=torch.float32)[self._slot]
         arm = means0 - com
@@ -435,9 +447,10 @@ class VisualCorrection:
         eps2d: float,
         background: Tensor,
         support: np.ndarray | None,
-    ) -> tuple[np.ndarray, list[float]]:
+    ) -> tuple[np.ndarray, tuple[float, float]]:
         """solver "gauss_newton": each body's pose change (K,6) [translation m, rotation vector rad], world frame, by
-        Levenberg–Marquardt on the photometric residual, and the loss at the start of each step (as `_optimise`).
+        Levenberg–Marquardt on the photometric residual, and the loss at the twin's pose and the least over the poses
+        rendered (a step that made it worse is taken back, so the last render need not be the best explanation).
 
         The free coordinates of a body resting on a support (a nonzero row of `support` (K,3)) are its in-plane
         translation and its turn about the normal; otherwise all six. The Jacobian is taken once, at the twin's
@@ -445,76 +458,57 @@ class VisualCorrection:
         (the chord method): each step after the first costs one render. The robust loss is met by reweighting
         (Huber: 1 inside δ, δ/|r| outside). A step that made the loss worse is halved back towards the best pose
         seen. Each step is bounded by `gn_max_step`."""
-        cfg, views, clock = self.config, self.views, time.perf_counter
+        cfg, clock = self.config, time.perf_counter
         k = len(self.object_bodies)
         h_t, h_r = cfg.gn_fd_step
-        bases = []  # per body (6, d): columns are one forward-difference step along each free coordinate
+        blocks = []  # per body (6, d_i): each column one forward-difference step along one free coordinate
         for i in range(k):
-            n = None if support is None else np.asarray(support[i], dtype=np.float64)
-            if n is not None and np.linalg.norm(n) > 0.5:
+            n = np.zeros(3) if support is None else np.asarray(support[i], dtype=np.float64)
+            if np.linalg.norm(n) > 0.5:
                 n = n / np.linalg.norm(n)
                 t1 = np.cross(n, [1.0, 0.0, 0.0] if abs(n[0]) < 0.9 else [0.0, 1.0, 0.0])
                 t1 /= np.linalg.norm(t1)
-                t2 = np.cross(n, t1)
-                basis = np.zeros((6, 3))
-                basis[:3, 0], basis[:3, 1], basis[3:, 2] = h_t * t1, h_t * t2, h_r * n
+                block = np.zeros((6, 3))
+                block[:3, 0], block[:3, 1], block[3:, 2] = h_t * t1, h_t * np.cross(n, t1), h_r * n
             else:
-                basis = np.diag([h_t] * 3 + [h_r] * 3)
-            bases.append(basis)
-        d = sum(basis.shape[1] for basis in bases)
-        gain: Tensor | None = None
-        # Both images are compared through a Gaussian of σ `gn_smoothing` (composed with `blur`'s).
-        sigma = float(np.hypot(cfg.gn_smoothing, cfg.blur))
-        seen = self._compared(blur_images(target, sigma))
+                block = np.diag([h_t] * 3 + [h_r] * 3)
+            blocks.append(block)
+        basis = scipy.linalg.block_diag(*blocks)  # (6K, d): the stacked coordinates u to the bodies' pose changes
+        owner = np.repeat(np.arange(k), [block.shape[1] for block in blocks])  # (d,) the body of each coordinate
 
         def pose(u: np.ndarray) -> np.ndarray:
-            """(K,6) pose change for the stacked coordinates u (in forward-difference steps)."""
-            out, at = np.zeros((k, 6)), 0
-            for i, basis in enumerate(bases):
-                out[i] = basis @ u[at : at + basis.shape[1]]
-                at += basis.shape[1]
-            return out
+            """(K,6) pose change for the stacked coordinates u (d,), in forward-difference steps."""
+            return (basis @ u).reshape(k, 6)
 
-        def residual(u: np.ndarray) -> Tensor:
-            nonlocal gain
+        # Both images are compared through a Gaussian of σ `gn_smoothing` (composed with `blur`'s).
+        seen, rendered = self._comparison(
+            fixed, target, window, background, eps2d, float(np.hypot(cfg.gn_smoothing, cfg.blur))
+        )
+
+        def residual(u: np.ndarray) -> tuple[Tensor, float, Tensor]:
+            """The residual (n,) at coordinates u, its loss and its robust weights (n,) (Huber: 1 inside δ, δ/|r|
+            outside)."""
             t0 = clock()
             moved = torch.as_tensor(pose(u), dtype=torch.float32)
             with torch.no_grad():
-                args = [torch.cat([a, b]) for a, b in zip(place(moved[:, :3], moved[:, 3:]), fixed.args())]
-                rgb, _, _ = rasterize(
-                    *args, window.Ks, window.X_WCs, window.width, window.height, background, views.backend,
-                    static=window.static_layer, eps2d=eps2d,
-                )  # fmt: skip
-                if cfg.exposure:
-                    if gain is None:  # from the render at the twin's pose, as `_optimise`
-                        gain = ((rgb * target).sum(dim=(1, 2)) / (rgb * rgb).sum(dim=(1, 2)).clamp_min(1e-9))[
-                            :, None, None
-                        ]
-                    rgb = rgb * gain
-                r = (self._compared(blur_images(rgb, sigma)) - seen).reshape(-1).double()
+                r = (rendered(place(moved[:, :3], moved[:, 3:])) - seen).reshape(-1).double()
             stages["forward"] += clock() - t0
-            return r
-
-        def loss_and_weights(r: Tensor) -> tuple[float, Tensor]:
+            loss = float(photometric_loss(r, torch.zeros_like(r), cfg.loss, cfg.huber_delta))
             a = r.abs()
             if cfg.loss == "l2":
-                return float((r * r).mean()), torch.ones_like(r)
+                return r, loss, torch.ones_like(r)
             if cfg.loss == "l1":
-                return float(a.mean()), 1.0 / a.clamp_min(1e-6)
-            d = cfg.huber_delta
-            loss = torch.where(a <= d, 0.5 * r * r, d * (a - 0.5 * d)).mean()
-            return float(loss), torch.clamp(d / a.clamp_min(1e-12), max=1.0)
+                return r, loss, 1.0 / a.clamp_min(1e-6)
+            return r, loss, torch.clamp(cfg.huber_delta / a.clamp_min(1e-12), max=1.0)
 
-        u0 = np.zeros(d)
-        r0 = residual(u0)
-        jac = torch.empty(r0.numel(), d, dtype=torch.float64)
-        for c in range(d):
-            jac[:, c] = residual(np.eye(d)[c]) - r0
+        u0 = np.zeros(basis.shape[1])
+        r0, loss0, w0 = residual(u0)
+        jac = torch.stack([residual(e)[0] - r0 for e in np.eye(len(u0))], dim=1)  # (n, d)
 
-        def solve(u: np.ndarray, r: Tensor) -> np.ndarray:
-            """The next coordinates from u, where the residual is r: one damped Gauss–Newton step, bounded."""
+        def solve(u: np.ndarray, r: Tensor, w: Tensor) -> np.ndarray:
+            """The next coordinates from u, where the residual is r with weights w: one damped Gauss–Newton step,
+            bounded per body by `gn_max_step`."""
             t0 = clock()
-            _, w = loss_and_weights(r)
             wj = jac * w[:, None]
             normal = jac.T @ wj
             diag = torch.diagonal(normal)
@@ -525,27 +519,19 @@ class VisualCorrection:
                 cfg.gn_max_step[0] / np.maximum(np.linalg.norm(moved[:, :3], axis=1), 1e-12),
                 cfg.gn_max_step[1] / np.maximum(np.linalg.norm(moved[:, 3:], axis=1), 1e-12),
             ).clip(max=1.0)
-            at = 0
-            for i, basis in enumerate(bases):
-                delta[at : at + basis.shape[1]] *= scale[i]
-                at += basis.shape[1]
             stages["optimiser"] += clock() - t0
-            return u + delta
+            return u + delta * scale[owner]
 
-        best_loss, _ = loss_and_weights(r0)
-        losses = [best_loss]
-        best, best_r = u0, r0
-        candidate = solve(best, best_r)
+        best, best_loss = u0, loss0
+        candidate = solve(u0, r0, w0)
         for _ in range(cfg.gn_iterations - 1):
-            r = residual(candidate)
-            loss, _ = loss_and_weights(r)
-            losses.append(loss)
+            r, loss, w = residual(candidate)
             if loss < best_loss:
-                best, best_r, best_loss = candidate, r, loss
-                candidate = solve(best, best_r)
+                best, best_loss = candidate, loss
+                candidate = solve(best, r, w)
             else:
                 candidate = 0.5 * (best + candidate)
-        return pose(candidate), losses
+        return pose(candidate), (loss0, best_loss)
 
     def _wrenches(self, delta: Tensor, x_old: Tensor, xipos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-body wrenches (K,6) (uncapped) and mean displacement (K,) m from Gaussian displacements (n,3)."""
