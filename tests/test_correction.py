@@ -349,7 +349,7 @@ def test_the_blur_smooths_both_images_alike(setup) -> None:
     """`blur_images`: σ 0 is the identity, a flat image stays flat, a hard edge becomes a monotone ramp with its
     sum kept. In the correction, `blur` changes the loss it minimises (both images blurred alike: still pulling
     towards the seen T)."""
-    from realissim.estimate.correction import blur_images
+    from realissim.estimate.photometric import blur_images
 
     edge = torch.zeros(1, 9, 12, 3)
     edge[:, :, 6:] = 1.0

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 
 import mujoco
 import numpy as np
-import scipy.linalg
 import torch
 from numpy.typing import ArrayLike
 from torch import Tensor
 
 from realissim.estimate.correction_config import CorrectionConfig
+from realissim.estimate.photometric import blur_images, photometric_loss
+from realissim.estimate.pose_solver import free_coordinates, solve_pose
 from realissim.estimate.vector_adam import VectorAdam
 from realissim.render import rasterize
 from realissim.render.gaussians import Gaussians, quat_multiply
@@ -58,32 +59,6 @@ class CorrectionResult:
     def residual(self) -> float:
         """The photometric residual the desync detector watches (`loss_after`)."""
         return self.loss_after
-
-
-def blur_images(images: Tensor, sigma: float) -> Tensor:
-    """Images (C,H,W,3) blurred by a separable Gaussian of σ `sigma` px (taps to 3σ, edges replicated); the
-    images themselves for σ ≤ 0. Differentiable."""
-    if sigma <= 0:
-        return images
-    radius = max(1, int(np.ceil(3.0 * sigma)))
-    x = torch.arange(-radius, radius + 1, dtype=images.dtype, device=images.device)
-    taps = torch.exp(-0.5 * (x / sigma) ** 2)
-    taps = taps / taps.sum()
-    out = images.permute(0, 3, 1, 2)
-    out = torch.nn.functional.pad(out, (radius, radius, radius, radius), mode="replicate")
-    out = torch.nn.functional.conv2d(out, taps.view(1, 1, 1, -1).expand(3, 1, 1, -1), groups=3)
-    out = torch.nn.functional.conv2d(out, taps.view(1, 1, -1, 1).expand(3, 1, -1, 1), groups=3)
-    return out.permute(0, 2, 3, 1)
-
-
-def photometric_loss(rgb: Tensor, target: Tensor, kind: str, delta: float) -> Tensor:
-    """Mean per-pixel-and-channel loss between rendered rgb and target images (C,H,W,3) in [0, 1]."""
-    diff = rgb - target
-    if kind == "l2":
-        return (diff * diff).mean()
-    if kind == "l1":
-        return diff.abs().mean()
-    return torch.nn.functional.huber_loss(rgb, target, delta=delta)
 
 
 class VisualCorrection:
@@ -449,89 +424,21 @@ class VisualCorrection:
         support: np.ndarray | None,
     ) -> tuple[np.ndarray, tuple[float, float]]:
         """solver "gauss_newton": each body's pose change (K,6) [translation m, rotation vector rad], world frame, by
-        Levenberg–Marquardt on the photometric residual, and the loss at the twin's pose and the least over the poses
-        rendered (a step that made it worse is taken back, so the last render need not be the best explanation).
+        Levenberg–Marquardt (`pose_solver.solve_pose`) on its free coordinates (`pose_solver.free_coordinates`: a
+        body resting on a support, a nonzero row of `support` (K,3), has three), both images compared through a blur
+        of σ `gn_smoothing` (composed with `blur`'s); and the loss at the twin's pose and the least over the poses
+        rendered."""
+        cfg = self.config
+        basis = free_coordinates(support, len(self.object_bodies), cfg.gn_fd_step)
+        sigma = float(np.hypot(cfg.gn_smoothing, cfg.blur))
+        seen, rendered = self._comparison(fixed, target, window, background, eps2d, sigma)
 
-        The free coordinates of a body resting on a support (a nonzero row of `support` (K,3)) are its in-plane
-        translation and its turn about the normal; otherwise all six. The Jacobian is taken once, at the twin's
-        pose, by forward differences (one render per body and coordinate, `gn_fd_step`), and reused for every step
-        (the chord method): each step after the first costs one render. The robust loss is met by reweighting
-        (Huber: 1 inside δ, δ/|r| outside). A step that made the loss worse is halved back towards the best pose
-        seen. Each step is bounded by `gn_max_step`."""
-        cfg, clock = self.config, time.perf_counter
-        k = len(self.object_bodies)
-        h_t, h_r = cfg.gn_fd_step
-        blocks = []  # per body (6, d_i): each column one forward-difference step along one free coordinate
-        for i in range(k):
-            n = np.zeros(3) if support is None else np.asarray(support[i], dtype=np.float64)
-            if np.linalg.norm(n) > 0.5:
-                n = n / np.linalg.norm(n)
-                t1 = np.cross(n, [1.0, 0.0, 0.0] if abs(n[0]) < 0.9 else [0.0, 1.0, 0.0])
-                t1 /= np.linalg.norm(t1)
-                block = np.zeros((6, 3))
-                block[:3, 0], block[:3, 1], block[3:, 2] = h_t * t1, h_t * np.cross(n, t1), h_r * n
-            else:
-                block = np.diag([h_t] * 3 + [h_r] * 3)
-            blocks.append(block)
-        basis = scipy.linalg.block_diag(*blocks)  # (6K, d): the stacked coordinates u to the bodies' pose changes
-        owner = np.repeat(np.arange(k), [block.shape[1] for block in blocks])  # (d,) the body of each coordinate
-
-        def pose(u: np.ndarray) -> np.ndarray:
-            """(K,6) pose change for the stacked coordinates u (d,), in forward-difference steps."""
-            return (basis @ u).reshape(k, 6)
-
-        # Both images are compared through a Gaussian of σ `gn_smoothing` (composed with `blur`'s).
-        seen, rendered = self._comparison(
-            fixed, target, window, background, eps2d, float(np.hypot(cfg.gn_smoothing, cfg.blur))
-        )
-
-        def residual(u: np.ndarray) -> tuple[Tensor, float, Tensor]:
-            """The residual (n,) at coordinates u, its loss and its robust weights (n,) (Huber: 1 inside δ, δ/|r|
-            outside)."""
-            t0 = clock()
-            moved = torch.as_tensor(pose(u), dtype=torch.float32)
+        def residual(change: np.ndarray) -> Tensor:
+            moved = torch.as_tensor(change, dtype=torch.float32)
             with torch.no_grad():
-                r = (rendered(place(moved[:, :3], moved[:, 3:])) - seen).reshape(-1).double()
-            stages["forward"] += clock() - t0
-            loss = float(photometric_loss(r, torch.zeros_like(r), cfg.loss, cfg.huber_delta))
-            a = r.abs()
-            if cfg.loss == "l2":
-                return r, loss, torch.ones_like(r)
-            if cfg.loss == "l1":
-                return r, loss, 1.0 / a.clamp_min(1e-6)
-            return r, loss, torch.clamp(cfg.huber_delta / a.clamp_min(1e-12), max=1.0)
+                return (rendered(place(moved[:, :3], moved[:, 3:])) - seen).reshape(-1).double()
 
-        u0 = np.zeros(basis.shape[1])
-        r0, loss0, w0 = residual(u0)
-        jac = torch.stack([residual(e)[0] - r0 for e in np.eye(len(u0))], dim=1)  # (n, d)
-
-        def solve(u: np.ndarray, r: Tensor, w: Tensor) -> np.ndarray:
-            """The next coordinates from u, where the residual is r with weights w: one damped Gauss–Newton step,
-            bounded per body by `gn_max_step`."""
-            t0 = clock()
-            wj = jac * w[:, None]
-            normal = jac.T @ wj
-            diag = torch.diagonal(normal)
-            normal = normal + torch.diag(cfg.gn_damping * diag + 1e-12 * (1.0 + float(diag.max())))
-            delta = -torch.linalg.solve(normal, wj.T @ r).numpy()
-            moved = pose(delta)
-            scale = np.minimum(
-                cfg.gn_max_step[0] / np.maximum(np.linalg.norm(moved[:, :3], axis=1), 1e-12),
-                cfg.gn_max_step[1] / np.maximum(np.linalg.norm(moved[:, 3:], axis=1), 1e-12),
-            ).clip(max=1.0)
-            stages["optimiser"] += clock() - t0
-            return u + delta * scale[owner]
-
-        best, best_loss = u0, loss0
-        candidate = solve(u0, r0, w0)
-        for _ in range(cfg.gn_iterations - 1):
-            r, loss, w = residual(candidate)
-            if loss < best_loss:
-                best, best_loss = candidate, loss
-                candidate = solve(best, r, w)
-            else:
-                candidate = 0.5 * (best + candidate)
-        return pose(candidate), (loss0, best_loss)
+        return solve_pose(residual, basis, cfg, stages)
 
     def _wrenches(self, delta: Tensor, x_old: Tensor, xipos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-body wrenches (K,6) (uncapped) and mean displacement (K,) m from Gaussian displacements (n,3)."""

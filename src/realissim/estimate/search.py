@@ -35,7 +35,7 @@ import torch
 from numpy.typing import ArrayLike
 from torch import Tensor
 
-from realissim.estimate.correction import photometric_loss
+from realissim.estimate.photometric import photometric_loss
 from realissim.estimate.sighting import ObjectSighting, Sighting, SightingConfig, on_hue
 from realissim.geometry import quat_mul, quat_to_mat, yaw_quat
 from realissim.render import rasterize
