@@ -259,3 +259,40 @@ def test_the_search_shades_its_candidates_where_the_arm_casts_its_shadow(scene: 
         if shade:
             assert found.found and np.linalg.norm(found.pos[:2] - real[:2]) < 0.012, (found.pos, real)
     assert explained[True] > explained[False] + 0.08, explained
+
+
+def test_a_shadow_is_cast_again_only_once_a_body_moved_more_than_the_tolerance(scene: SceneSpec) -> None:
+    """`cast_shadows` and the objects' shading in `moving` keep their last result while no body moved more than the
+    tolerance (the correction's `shadow_recast`), and cast exactly what a fresh cast gives once one did."""
+    twin = TwinPhysics(scene)
+    twin.reset(rest_state(_start(scene)))
+    views = TwinViews(scene, twin.model, cameras=[c.resized(*SMALL) for c in scene.cameras])
+    light = ShadowLight(light_direction(math.radians(160.0), math.radians(45.0)), (0.5, 0.55, 0.6))
+    views.set_shadow(light)
+    joints = twin.layout.robot_qpos
+
+    def poses(shift: float) -> tuple[np.ndarray, np.ndarray]:
+        data = mujoco.MjData(twin.model)
+        data.qpos[:] = twin.data.qpos
+        data.qpos[joints[0]] += shift  # the arm turned about its base
+        mujoco.mj_kinematics(twin.model, data)
+        return data.xpos.copy(), data.xquat.copy()
+
+    here, near, far = poses(0.0), poses(0.005), poses(0.1)
+    assert views.cast_shadows(*here)
+    first = views.static_layer
+    assert not views.cast_shadows(*here)  # the same poses: nothing to cast, at tolerance 0 too
+    assert views.cast_shadows(*near)  # moved a few mm: cast again at tolerance 0 …
+    assert not views.cast_shadows(*here, tolerance=0.05)  # … but not within 5 cm
+    assert views.cast_shadows(*far, tolerance=0.05)  # a 0.1 rad turn moves the hand ~6 cm
+    cached = views.static_layer
+    assert cached is not first and cached is not None
+    fresh = TwinViews(scene, twin.model, cameras=[c.resized(*SMALL) for c in scene.cameras])
+    fresh.set_shadow(light)
+    fresh.cast_shadows(*far)
+    assert fresh.static_layer is not None
+    torch.testing.assert_close(cached.rgb, fresh.static_layer.rgb)
+    assert float((first.rgb - cached.rgb).abs().max()) > 0.05  # the shadow did move
+    shaded = views.moving(*here).colors
+    assert torch.equal(views.moving(*near, shade_tolerance=0.05).colors, shaded)  # kept
+    torch.testing.assert_close(views.moving(*far, shade_tolerance=0.05).colors, fresh.moving(*far).colors)

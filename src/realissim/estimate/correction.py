@@ -227,7 +227,7 @@ class VisualCorrection:
         if tuple(target.shape) != expected:
             raise ValueError(f"images: expected shape {expected}, got {tuple(target.shape)}")
         views.cast_shadows(xpos, xquat)  # the arm's shadow where the real arm is (no-op without a shadow light)
-        g = views.moving(xpos, xquat)
+        g = views.moving(xpos, xquat, cfg.shade_recast)
         fixed = Gaussians(*(t[self._rest] for t in g.args()))
         if views.static_layer is None:  # gsplat: the ground is rasterised with everything else
             fixed = Gaussians(*(torch.cat([a, b]) for a, b in zip(fixed.args(), views.static.args())))

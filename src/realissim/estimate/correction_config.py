@@ -109,6 +109,11 @@ class CorrectionConfig:
     cameras_per_frame: int | None = None
     """Render into this many of the cameras per correction, taking them in turn (None: all of them). Each camera
     costs its share of a correction's rendering; in turn, every camera still speaks every few corrections."""
+    shade_recast: float = 0.01
+    """With a shadow light: the objects' colours shaded by the arm's shadow (`TwinViews.moving`) are computed again
+    once a body (the arm at the real arm's joints, or an object) moved more than this since they last were, m (0:
+    every correction). Under a shadow the loss compares chromaticity, which the shading barely moves, and it costs
+    2–3 ms a correction (docs/decisions.md, "Corrections back to back")."""
     crop_margin: int | None = 16
     """Optimise over a window of each image around the objects (their projections at the twin's pose, grown by
     this many px; None: whole images): far pixels carry no gradient to them (docs/decisions.md)."""
@@ -160,6 +165,8 @@ class CorrectionConfig:
             raise ValueError(f"support_margin: must be ≥ 0 m, got {self.support_margin}")
         if self.cameras_per_frame is not None and self.cameras_per_frame < 1:
             raise ValueError(f"cameras_per_frame: must be ≥ 1 or None, got {self.cameras_per_frame}")
+        if not self.shade_recast >= 0:
+            raise ValueError(f"shade_recast: must be ≥ 0 m, got {self.shade_recast}")
         if self.crop_margin is not None and self.crop_margin < 0:
             raise ValueError(f"crop_margin: must be ≥ 0 or None, got {self.crop_margin}")
         if not self.blur >= 0:

@@ -58,8 +58,15 @@ class SightingConfig:
     trim: float = 1.5
     """A camera's object pixels farther from their median point than this × the object's planar radius are
     dropped (stray pixels of the object's colour elsewhere)."""
+    shadow_recast: float = 0.0
+    """With a shadow light, the ground's shadow (which says where the objects' shaded colours count) is cast again
+    only once a body moved more than this, m, since it was last cast (`TwinViews.cast_shadows`). 0: unless the bodies
+    are where the last cast had them (the correction's, this frame). A gate 1 cm stale raised false alarms on a
+    shadow profile (3–6 a minute against none; docs/decisions.md, "Corrections back to back")."""
 
     def __post_init__(self) -> None:
+        if not self.shadow_recast >= 0:
+            raise ValueError(f"shadow_recast: must be ≥ 0, got {self.shadow_recast}")
         for name in ("color_tolerance", "splat_sigmas", "trim"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
@@ -145,6 +152,8 @@ class Sighting:
         self.object_radius = np.array([planar[self._label == i].max() for i in range(k)])
         """(K,) m: each object's planar reach from its body origin (its Gaussians' means)."""
         self._cache: tuple[object, ...] = ()
+        self._gate: tuple[Tensor, np.ndarray] | None = None
+        """The last shadow cover read (`TwinViews.shadow_cover`) and its grown gate (C,H,W) bool."""
 
     def observe(self, twin: TwinPhysics, q_real: ArrayLike, images: np.ndarray | Tensor) -> list[ObjectSighting]:
         """This frame's sightings of `twin`'s objects, with the robot at the real arm's measured joints q_real
@@ -164,6 +173,7 @@ class Sighting:
         """Sightings (one per object, in `object_bodies` order: ascending body id, the scene's) for body poses
         xpos (nbody,3) m, xquat (nbody,4) wxyz and the real images (C,H,W,3) uint8 RGB (or float in [0, 1])."""
         views, cfg = self.views, self.config
+        views.cast_shadows(xpos, xquat, cfg.shadow_recast)
         img = _as_uint8(images)
         shape = (len(views.cameras), views.height, views.width, 3)
         if img.shape != shape:
@@ -182,7 +192,10 @@ class Sighting:
         if views.shadow_cover is not None:
             # The objects' colours in shade (references k … 2k − 1) count only where the twin casts a shadow, grown
             # by the object's height's parallax: under a warm key light the lit table's colour lies near them.
-            gate = np.ascontiguousarray(binary_dilation(views.shadow_cover.cpu().numpy() > 0.3, _GROW))
+            if self._gate is None or self._gate[0] is not views.shadow_cover:
+                grown = binary_dilation(views.shadow_cover.cpu().numpy() > 0.3, _GROW)
+                self._gate = (views.shadow_cover, np.ascontiguousarray(grown))
+            gate = self._gate[1]
         _classify_kernel(img, refs, owner, limit, k, k, gate, tol2, floor, winner, self._label, seen, expected)
         return [self._sighting(k, pos[b], seen, expected, rays, origins) for k, b in enumerate(self.object_bodies)]
 

@@ -195,3 +195,18 @@ def world_to_camera(X_WCs: Tensor) -> tuple[Tensor, Tensor]:
     R_CW = X_WCs[:, :3, :3].transpose(-1, -2)
     t_CW = -(R_CW @ X_WCs[:, :3, 3:4])[..., 0]
     return R_CW, t_CW
+
+
+def may_cover(means: Tensor, extent: Tensor, Ks: Tensor, X_WCs: Tensor, width: int, height: int) -> Tensor:
+    """(N,) bool: which Gaussians (world means (N,3) m, extent (N,) m, e.g. 3× their largest scale) may cover a
+    pixel of some camera's width × height image (intrinsics Ks (C,3,3), poses X_WCs (C,4,4)); conservative: a
+    bounding circle of the projected extent, 2 px wider. The others cannot change the render."""
+    K = Ks.to(means)
+    X_CW = torch.linalg.inv(X_WCs.to(means))
+    p = torch.einsum("cij,nj->cni", X_CW[:, :3, :3], means) + X_CW[:, None, :3, 3]
+    z = p[..., 2].clamp_min(1e-6)
+    u = K[:, None, 0, 0] * p[..., 0] / z + K[:, None, 0, 2]
+    v = K[:, None, 1, 1] * p[..., 1] / z + K[:, None, 1, 2]
+    r = K[:, None, 0, 0].maximum(K[:, None, 1, 1]) * extent[None] / z + 2.0
+    inside = (u + r > 0) & (u - r < width) & (v + r > 0) & (v - r < height)
+    return ((p[..., 2] > 0) & inside).any(dim=0)

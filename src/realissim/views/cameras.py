@@ -19,7 +19,7 @@ from torch import Tensor
 
 from realissim.assets.appearance import AppearanceConfig
 from realissim.render import Backend, StaticLayer, rasterize, render_static, resolve_backend
-from realissim.render.common import EPS2D
+from realissim.render.common import EPS2D, may_cover
 from realissim.render.gaussians import Gaussians, place
 from realissim.spec.scene import CameraSpec, SceneSpec
 from realissim.views.appearance import SceneAppearance
@@ -47,15 +47,7 @@ class ViewWindow:
         """(N,) bool: which Gaussians (world means (N,3) m, extent (N,) m, e.g. 3× their largest scale) may
         cover a pixel of the window in some camera (conservative: a bounding circle of the projected extent);
         the others cannot change the window's render."""
-        K = self.Ks.to(means)
-        X_CW = torch.linalg.inv(self.X_WCs.to(means))
-        p = torch.einsum("cij,nj->cni", X_CW[:, :3, :3], means) + X_CW[:, None, :3, 3]
-        z = p[..., 2].clamp_min(1e-6)
-        u = K[:, None, 0, 0] * p[..., 0] / z + K[:, None, 0, 2]
-        v = K[:, None, 1, 1] * p[..., 1] / z + K[:, None, 1, 2]
-        r = K[:, None, 0, 0].maximum(K[:, None, 1, 1]) * extent[None] / z + 2.0
-        inside = (u + r > 0) & (u - r < self.width) & (v + r > 0) & (v - r < self.height)
-        return ((p[..., 2] > 0) & inside).any(dim=0)
+        return may_cover(means, extent, self.Ks, self.X_WCs, self.width, self.height)
 
     def select(self, cameras: Sequence[int]) -> ViewWindow:
         """The window in some cameras only, in the order given (images cut by it must be selected alike)."""
@@ -120,6 +112,14 @@ class TwinViews:
         """The key light's shadows (`set_shadow`; None: none rendered)."""
         self.shadow_cover: Tensor | None = None
         """(C,H,W): the table's shadow coverage per pixel cast by the last `cast_shadows` (None: none cast)."""
+        self._cast_at: tuple[np.ndarray, np.ndarray] | None = None
+        """The body poses of the last `cast_shadows`."""
+        self._shaded: tuple[tuple[np.ndarray, np.ndarray], Tensor] | None = None
+        """The body poses of the last shading of the objects' colours in `moving`, and its factors (M,3)."""
+        reach = np.zeros(model.nbody)
+        np.maximum.at(reach, self.appearance.body_index, np.linalg.norm(self.appearance.local.means, axis=1))
+        self._reach = reach
+        """(nbody,) m: each body's farthest Gaussian from its origin."""
         self._render_static_layer()
 
     def _render_static_layer(self) -> None:
@@ -128,6 +128,7 @@ class TwinViews:
                 *self.static.args(), self.Ks, self.X_WCs, self.width, self.height, self.backend, eps2d=self.eps2d
             )
             self.static_layer = self._lit_layer
+        self._cast_at = None
 
     def set_shadow(self, light: ShadowLight | None) -> None:
         """Render `light`'s shadows from now on (None: none): on the objects' Gaussians in `moving`, and on the
@@ -135,6 +136,8 @@ class TwinViews:
         self.shadow = None if light is None else ShadowCaster(self.local, self.body_index, self.object_mask, light)
         self.static_layer = self._lit_layer
         self.shadow_cover = None
+        self._cast_at = None
+        self._shaded = None
 
     def fit_shadow(
         self, xpos: np.ndarray, xquat: np.ndarray, images: Tensor, config: ShadowFitConfig = ShadowFitConfig()
@@ -158,16 +161,32 @@ class TwinViews:
         self.set_shadow(light)
         return light
 
-    def cast_shadows(self, xpos: np.ndarray, xquat: np.ndarray) -> None:
+    def cast_shadows(self, xpos: np.ndarray, xquat: np.ndarray, tolerance: float = 0.0) -> bool:
         """Shade the ground layer with the shadow the moving bodies cast at poses xpos (nbody,3) m, xquat (nbody,4)
-        wxyz (once a frame: the robot at the real arm's joints, the objects where the twin has them); a no-op
-        without a shadow light or a ground layer."""
+        wxyz (the robot at the real arm's joints, the objects where the twin has them), unless no body moved by
+        more than `tolerance` m since the last cast (a point of a body as far from its origin as its farthest
+        Gaussian; with 0, unless the poses are the last cast's); a no-op without a shadow light or a ground layer.
+        Returns whether it cast."""
         if self.shadow is None or self._lit_layer is None:
-            return
+            return False
+        pose = (np.array(xpos, dtype=np.float64), np.array(xquat, dtype=np.float64))
+        if self._cast_at is not None and self._moved(self._cast_at, pose) <= tolerance:
+            return False
         cover = self.shadow.table(xpos, xquat, self.Ks, self.X_WCs, self.width, self.height, self.backend)
         self.shadow_cover = cover
+        self._cast_at = pose
         lit = self._lit_layer
         self.static_layer = StaticLayer(lit.rgb * self.shadow.light.shade(cover), lit.alpha, lit.depth_acc)
+        return True
+
+    def _moved(self, before: tuple[np.ndarray, np.ndarray], after: tuple[np.ndarray, np.ndarray]) -> float:
+        """The largest distance any point of a moving body's Gaussians moved between two sets of body poses, m
+        (bound: the origin's shift plus the turn's angle times the body's reach)."""
+        shift = np.linalg.norm(after[0] - before[0], axis=1)
+        sign = np.where(np.sum(after[1] * before[1], axis=1) < 0.0, -1.0, 1.0)[:, None]
+        chord = np.linalg.norm(after[1] - sign * before[1], axis=1)  # unit quaternions: 2 sin(angle / 4)
+        angle = 4.0 * np.arcsin(np.clip(0.5 * chord, 0.0, 1.0))  # exactly 0 for the same poses
+        return float(np.max(shift + angle * self._reach))
 
     def set_camera_poses(self, X_WCs: Tensor) -> None:
         """Replace the camera-to-world poses (C,4,4) (e.g. after calibration); re-renders the static layer."""
@@ -234,15 +253,20 @@ class TwinViews:
         n = len(self.cameras)
         return ViewWindow((0,) * n, (0,) * n, self.width, self.height, self.Ks, self.X_WCs, self.static_layer)
 
-    def moving(self, xpos: np.ndarray, xquat: np.ndarray) -> Gaussians:
+    def moving(self, xpos: np.ndarray, xquat: np.ndarray, shade_tolerance: float = 0.0) -> Gaussians:
         """World-frame Gaussians of everything that moves, for body poses (nbody,3) m and (nbody,4) wxyz; with a
-        shadow light, the objects' colours shaded by the robot's shadow at those poses."""
+        shadow light, the objects' colours shaded by the robot's shadow at those poses (the shading of the last
+        call kept while no body moved more than `shade_tolerance` m since it was computed; see `cast_shadows`)."""
         pos = torch.as_tensor(np.asarray(xpos), dtype=torch.float32, device=self.device)
         quat = torch.as_tensor(np.asarray(xquat), dtype=torch.float32, device=self.device)
         means, quats = place(self.local.means, self.local.quats, self.body_index, pos, quat)
         colors = self.local.colors
         if self.shadow is not None:
-            colors = colors * self.shadow.object_factors(xpos, xquat).to(colors)
+            pose = (np.array(xpos, dtype=np.float64), np.array(xquat, dtype=np.float64))
+            shaded = self._shaded
+            if shaded is None or self._moved(shaded[0], pose) > shade_tolerance:
+                shaded = self._shaded = (pose, self.shadow.object_factors(xpos, xquat))
+            colors = colors * shaded[1].to(colors)
         return Gaussians(means, quats, self.local.scales, colors, self.local.opacities)
 
     def moving_alpha(self, xpos: np.ndarray, xquat: np.ndarray) -> Tensor:

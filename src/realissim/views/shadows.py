@@ -30,6 +30,7 @@ from torch import Tensor
 from torch.nn import functional
 
 from realissim.render import rasterize
+from realissim.render.common import may_cover
 from realissim.render.gaussians import Gaussians, quat_rotate
 
 log = logging.getLogger(__name__)
@@ -179,8 +180,9 @@ def table_coverage(
     """(C,H,W) in [0, 1]: how much of the key light casters (world means (N,3) m, covariances (N,3,3) m², opacities
     (N,)) block at the table point each pixel of each camera (intrinsics Ks (C,3,3), poses X_WCs (C,4,4)) sees,
     rasterised at `scale` × the image size and interpolated up (a shadow's edge is soft; half size costs a
-    quarter)."""
+    quarter). Shadows that reach no pixel (of a window, say) are not rasterised."""
     flat = flatten_onto_table(means, cov, opacities, direction)
+    flat = flat.select(may_cover(flat.means, 3.0 * flat.scales.amax(dim=-1), Ks, X_WCs, width, height))
     if scale >= 1.0:
         return rasterize_coverage(flat, Ks, X_WCs, width, height, backend)
     w, h = max(1, round(width * scale)), max(1, round(height * scale))
