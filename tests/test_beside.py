@@ -4,22 +4,15 @@ later with their age, the period it manages scaling the spring and the detector,
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
 
 from helpers import scripted_targets
-from realissim.estimate.correction import VisualCorrection
 from realissim.real.surrogate import Surrogate, SurrogateConfig
 from realissim.runtime import Runtime, RuntimeConfig
-from realissim.runtime.beside import CorrectionJob, CorrectionThread
 from realissim.runtime.desync import DesyncConfig, DesyncDetector
-from realissim.runtime.supervision import SupervisionConfig, Supervisor
 from realissim.spec.scene import SceneSpec
-from realissim.spec.state import StartState
-from realissim.twin.physics import TwinPhysics
-from realissim.views.cameras import TwinViews
 
 
 def test_the_loop_steps_on_while_the_thread_corrects_and_applies_its_results_later(scene: SceneSpec) -> None:
@@ -104,39 +97,3 @@ def test_the_detector_counts_its_seconds_at_the_period_it_is_fed() -> None:
     assert not detector.desynced
     detector.update(1.0, frame=123)  # the seventh: 0.35 s ≥ fire_s
     assert detector.desynced and detector.events[-1] == (123, "fired")
-
-
-def test_back_to_back_the_thread_starts_the_newest_staged_job_the_moment_it_finishes(scene: SceneSpec) -> None:
-    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90))) as world:
-        world.reset(StartState.of_scene(scene))
-        twin = TwinPhysics(scene)
-        cams = [c.resized(160, 90) for c in scene.cameras]
-        views = TwinViews(scene, twin.model, cameras=cams)
-        replica = twin.replica()
-        correction = VisualCorrection(views, twin.model, frame_dt=twin.dt)
-        supervisor = Supervisor(views, replica, SupervisionConfig(), 1)
-        images = np.stack([cam.read().image for cam in world.cameras])
-        q = np.asarray(world.robot.read().q)
-
-        def job(frame: int) -> CorrectionJob:
-            return CorrectionJob(frame, time.monotonic(), q.copy(), images, 2)
-
-        for back_to_back in (False, True):
-            thread = CorrectionThread(correction, supervisor, replica, back_to_back=back_to_back)
-            thread.submit(twin, job(1))
-            if not back_to_back:
-                with pytest.raises(RuntimeError, match="still pending"):
-                    thread.submit(twin, job(2))
-                assert thread.wait() is not None
-                thread.close()
-                continue
-            thread.submit(twin, job(2))  # staged …
-            thread.submit(twin, job(3))  # … and replaced by a newer one
-            deadline = time.monotonic() + 60.0
-            while (first := thread.poll()) is None and time.monotonic() < deadline:
-                time.sleep(0.005)
-            assert first is not None and first.job.frame == 1
-            last = thread.wait(timeout=60.0)  # job 3 was started without the loop handing anything over again
-            assert last is not None and last.job.frame == 3 and last.finished >= first.finished
-            assert thread.wait() is None and not thread.busy  # job 2 never ran
-            thread.close()

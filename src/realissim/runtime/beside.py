@@ -63,85 +63,59 @@ class CorrectionOutcome:
 class CorrectionThread(WorkerThread):
     """One worker thread running `VisualCorrection` and `Supervisor` on `replica`, one job at a time.
 
-    Main thread: `submit(twin, job)`; `poll()` every frame (an outcome once, or None); `wait()` before anything that
-    needs the worker idle (a reset); `close()` at the end. An exception in the worker is raised again by the next
-    `poll` or `wait`; `close` (`WorkerThread`) stops it after its pending job.
+    Main thread: `submit(twin, job)` when not `busy`; `poll()` every frame (an outcome once, or None); `wait()`
+    before anything that needs the worker idle (a reset); `close()` at the end. An exception in the worker is
+    raised again by the next `poll` or `wait`; `close` (`WorkerThread`) stops it after its pending job."""
 
-    `back_to_back`: a job submitted while one is in hand is staged (the twin copied into a second replica; a later
-    submission replaces it), and the thread starts it the moment it finishes the one in hand, instead of idling until
-    the loop's next frame collects the outcome and hands over another (on average half a frame, and a whole frame's
-    rounding of every job's cost). A staged job is dropped when the outcome before it placed an object or moved the
-    arm: its twin predates that. Otherwise a job is submitted only when the thread is not `busy`."""
-
-    def __init__(
-        self, correction: VisualCorrection, supervisor: Supervisor, replica: TwinPhysics, back_to_back: bool = False
-    ) -> None:
+    def __init__(self, correction: VisualCorrection, supervisor: Supervisor, replica: TwinPhysics) -> None:
         if supervisor.twin is not replica:
             raise ValueError("CorrectionThread: the supervisor must watch the replica the thread works on")
         correction.damp_in_wrench = False
         super().__init__()
         self.correction, self.supervisor, self.replica = correction, supervisor, replica
-        self.back_to_back = back_to_back
-        self._staging = replica.replica() if back_to_back else None
         self._job: CorrectionJob | None = None
-        """The job in hand (None: idle)."""
-        self._staged: CorrectionJob | None = None
-        """`back_to_back`: the job to start next, its twin in `_staging`."""
         self._outcome: CorrectionOutcome | None = None
         self._error: BaseException | None = None
+        self._busy = False
         self._start("realissim-correction")
 
     @property
     def busy(self) -> bool:
-        """Whether a job is in hand, or its outcome not yet collected."""
-        return self._job is not None or self._outcome is not None
+        """Whether a job was handed over and its outcome not yet collected."""
+        return self._busy
 
     def submit(self, twin: TwinPhysics, job: CorrectionJob) -> None:
-        """Hand over `job` on `twin` as it is now (copied into the replica), or with `back_to_back` while a job is in
-        hand, stage it (replacing one staged before). Raises RuntimeError when closed, or without `back_to_back`
-        while `busy`."""
+        """Hand over `job` on `twin` as it is now (copied into the replica). Raises RuntimeError while busy."""
         with self._cond:
-            if self._closed or (self.busy and not self.back_to_back):
+            if self._busy or self._closed:
                 raise RuntimeError("CorrectionThread.submit: a job is still pending (poll first) or it is closed")
-            if self._job is None and self._outcome is None:
-                self.replica.copy_from(twin)
-                self._job, self._staged = job, None
-                self._cond.notify_all()
-            else:
-                assert self._staging is not None
-                self._staging.copy_from(twin)
-                self._staged = job
+            self.replica.copy_from(twin)
+            self._job, self._busy = job, True
+            self._cond.notify_all()
 
     def poll(self) -> CorrectionOutcome | None:
-        """The oldest finished job's outcome (once), or None."""
+        """The finished job's outcome (once; the thread is then free for the next), or None."""
         with self._cond:
             self._raise()
             outcome, self._outcome = self._outcome, None
             if outcome is not None:
-                self._cond.notify_all()  # a finished job may be waiting to leave its outcome
+                self._busy = False
             return outcome
 
     def wait(self, timeout: float | None = None) -> CorrectionOutcome | None:
-        """Drop a staged job, block until the job in hand (if any) is done; the last outcome (collected), or None if
-        there was none."""
+        """Block until the pending job (if any) is done; its outcome (collected), or None if there was none."""
         with self._cond:
-            self._staged = None
-            last = None
-            while True:
-                done = lambda: self._job is None or self._outcome is not None or self._error is not None  # noqa: E731
-                if not self._cond.wait_for(done, timeout):
-                    raise TimeoutError(f"the correction thread did not finish its job within {timeout} s")
-                self._raise()
-                if self._outcome is not None:
-                    last, self._outcome = self._outcome, None
-                    self._cond.notify_all()
-                if self._job is None and self._outcome is None:
-                    return last
+            if not self._cond.wait_for(lambda: not self._busy or self._outcome is not None or self._error, timeout):
+                raise TimeoutError(f"the correction thread did not finish its job within {timeout} s")
+            self._raise()
+            outcome, self._outcome = self._outcome, None
+            self._busy = False
+            return outcome
 
     def _raise(self) -> None:
         if self._error is not None:
             error, self._error = self._error, None
-            self._job = self._staged = None
+            self._busy = False
             raise RuntimeError(f"the correction thread failed: {error!r}") from error
 
     def _serve(self) -> None:
@@ -156,18 +130,11 @@ class CorrectionThread(WorkerThread):
             except BaseException as err:  # raised again in the loop's thread
                 log.exception("correction thread: job of frame %d failed", job.frame)
                 with self._cond:
-                    self._job, self._staged, self._error = None, None, err
+                    self._job, self._error = None, err
                     self._cond.notify_all()
                 continue
             with self._cond:
-                self._cond.wait_for(lambda: self._outcome is None or self._closed)  # one outcome at a time
-                self._outcome, self._job = outcome, None
-                staged, self._staged = self._staged, None
-                moved = bool(outcome.placed) or outcome.supervision.arm_at is not None
-                if staged is not None and not moved and not self._closed:
-                    assert self._staging is not None
-                    self.replica.copy_from(self._staging)
-                    self._job = staged
+                self._job, self._outcome = None, outcome
                 self._cond.notify_all()
 
     def _work(self, job: CorrectionJob) -> CorrectionOutcome:

@@ -187,11 +187,6 @@ class RuntimeConfig:
     integral divided by their square). A result applied beside the loop is at least a frame old; held and scaled for
     one frame, the full spring acting on an error a frame or two old set the T oscillating when corrections came
     faster than one every two frames (docs/decisions.md, "The correction beside the loop")."""
-    beside_back_to_back: bool = True
-    """With the correction beside the loop: the loop stages a job every frame while the thread works (the twin
-    copied, the cameras read: ~0.1 ms), and the thread starts the newest the moment it finishes, instead of idling
-    until the loop's next frame collects its outcome and hands over another (`CorrectionThread.back_to_back`); the
-    wrench is held for the frames measured between two outcomes (docs/decisions.md, "Corrections back to back")."""
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
     arm: ArmConfig = field(default_factory=ArmConfig)

@@ -93,10 +93,10 @@ class Runtime:
         self.supervisor: Supervisor | None = None
         self._beside: CorrectionThread | None = None
         """The correction's own thread (`RuntimeConfig.correct_beside`), or None: inline."""
-        self._last_outcome = 0
-        """With the thread: the frame the last outcome was collected in (0: none yet this episode)."""
+        self._last_job = 0
+        """With the thread: the frame the last job was taken in (0: none yet this episode)."""
         self._period = float(config.correct_every)
-        """With the thread: frames between two outcomes, a running mean (the period a wrench is held for)."""
+        """With the thread: frames between two jobs, a running mean (the period a wrench is held for)."""
         if config.correct:
             assert world is not None
             if not world.cameras:
@@ -117,9 +117,7 @@ class Runtime:
             watched = self.twin.replica() if beside else self.twin
             self.supervisor = Supervisor(views, watched, config.supervision, config.correct_every)
             if beside:
-                self._beside = CorrectionThread(
-                    self.correction, self.supervisor, watched, back_to_back=config.beside_back_to_back
-                )
+                self._beside = CorrectionThread(self.correction, self.supervisor, watched)
                 weakref.finalize(self, self._beside.close)
         self.follower: Follower | None = None
         self.lead_bound: LeadBound | None = None
@@ -193,7 +191,7 @@ class Runtime:
         start.check(self.scene)
         if self._beside is not None:
             self._beside.wait()  # the pending job's outcome belonged to the last episode
-        self._last_outcome, self._period = 0, float(self.config.correct_every)
+        self._last_job, self._period = 0, float(self.config.correct_every)
         self.twin.reset(rest_state(start))
         if self.world is not None:
             self.world.reset(start)
@@ -319,9 +317,6 @@ class Runtime:
         if outcome is not None:
             result, supervision = outcome.result, outcome.supervision
             age = time.monotonic() - outcome.job.wall
-            if self._last_outcome:  # the frames between two outcomes: what each wrench is held for
-                self._period += 0.25 * ((self._frame - self._last_outcome) - self._period)
-            self._last_outcome = self._frame
             timing.update({f"beside.{key}": value for key, value in outcome.timing.items()})
             self._held_wrench = None if outcome.withheld else np.asarray(result.wrenches, dtype=np.float64).copy()
             self._held_left = outcome.job.held_frames
@@ -330,9 +325,11 @@ class Runtime:
         if self._held_wrench is not None and self._held_left > 0 and not self._stalled:
             self.twin.apply_wrenches(self.correction.damped(self._held_wrench, self.twin))
             self._held_left -= 1
-        free = self._beside.back_to_back or not self._beside.busy
-        images = self._read_cameras() if correct and free else None
+        images = self._read_cameras() if correct and not self._beside.busy else None
         if images is not None:
+            if self._last_job:
+                self._period += 0.25 * ((self._frame - self._last_job) - self._period)
+            self._last_job = self._frame
             held = max(self.config.beside_min_held, round(self._period))
             self._beside.submit(self.twin, CorrectionJob(self._frame, time.monotonic(), q_real.copy(), images, held))
         return result, supervision, images, age
