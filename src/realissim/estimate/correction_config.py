@@ -113,7 +113,7 @@ class CorrectionConfig:
     """With a shadow light: the objects' colours shaded by the arm's shadow (`TwinViews.moving`) are computed again
     once a body (the arm at the real arm's joints, or an object) moved more than this since they last were, m (0:
     every correction). Under a shadow the loss compares chromaticity, which the shading barely moves, and it costs
-    2–3 ms a correction (docs/decisions.md, "Corrections back to back")."""
+    2–3 ms a correction (docs/decisions.md, "The shadow's cost")."""
     crop_margin: int | None = 16
     """Optimise over a window of each image around the objects (their projections at the twin's pose, grown by
     this many px; None: whole images): far pixels carry no gradient to them (docs/decisions.md)."""

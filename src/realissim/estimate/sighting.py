@@ -62,7 +62,7 @@ class SightingConfig:
     """With a shadow light, the ground's shadow (which says where the objects' shaded colours count) is cast again
     only once a body moved more than this, m, since it was last cast (`TwinViews.cast_shadows`). 0: unless the bodies
     are where the last cast had them (the correction's, this frame). A gate 1 cm stale raised false alarms on a
-    shadow profile (3–6 a minute against none; docs/decisions.md, "Corrections back to back")."""
+    shadow profile (3–6 a minute against none; docs/decisions.md, "The shadow's cost")."""
 
     def __post_init__(self) -> None:
         if not self.shadow_recast >= 0:
