@@ -263,7 +263,7 @@ def test_the_search_shades_its_candidates_where_the_arm_casts_its_shadow(scene: 
 
 def test_a_shadow_is_cast_again_only_once_a_body_moved_more_than_the_tolerance(scene: SceneSpec) -> None:
     """`cast_shadows` and the objects' shading in `moving` keep their last result while no body moved more than the
-    tolerance (the correction's `shadow_recast`), and cast exactly what a fresh cast gives once one did."""
+    tolerance (the correction's `shade_recast` for the shading), and give what a fresh cast gives once one did."""
     twin = TwinPhysics(scene)
     twin.reset(rest_state(_start(scene)))
     views = TwinViews(scene, twin.model, cameras=[c.resized(*SMALL) for c in scene.cameras])

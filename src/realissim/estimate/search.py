@@ -208,7 +208,6 @@ class ObjectSearch:
     ) -> SearchResult:
         """`search` for body poses xpos (nbody,3) m, xquat (nbody,4) wxyz (robot at the real arm's joints)."""
         start = time.perf_counter()
-        self.views.cast_shadows(xpos, xquat)  # the ground's shadow exactly where the real arm is (if a light is set)
         seen = self.sighting(xpos, xquat, images)[obj]
         body = int(self.sighting.object_bodies[obj])
         if not seen.seen:

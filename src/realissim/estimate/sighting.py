@@ -58,15 +58,8 @@ class SightingConfig:
     trim: float = 1.5
     """A camera's object pixels farther from their median point than this × the object's planar radius are
     dropped (stray pixels of the object's colour elsewhere)."""
-    shadow_recast: float = 0.0
-    """With a shadow light, the ground's shadow (which says where the objects' shaded colours count) is cast again
-    only once a body moved more than this, m, since it was last cast (`TwinViews.cast_shadows`). 0: unless the bodies
-    are where the last cast had them (the correction's, this frame). A gate 1 cm stale raised false alarms on a
-    shadow profile (3–6 a minute against none; docs/decisions.md, "The shadow's cost")."""
 
     def __post_init__(self) -> None:
-        if not self.shadow_recast >= 0:
-            raise ValueError(f"shadow_recast: must be ≥ 0, got {self.shadow_recast}")
         for name in ("color_tolerance", "splat_sigmas", "trim"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
@@ -173,7 +166,9 @@ class Sighting:
         """Sightings (one per object, in `object_bodies` order: ascending body id, the scene's) for body poses
         xpos (nbody,3) m, xquat (nbody,4) wxyz and the real images (C,H,W,3) uint8 RGB (or float in [0, 1])."""
         views, cfg = self.views, self.config
-        views.cast_shadows(xpos, xquat, cfg.shadow_recast)
+        # The ground's shadow says where the objects' shaded colours count; cast unless the correction just cast it at
+        # these poses. A gate cast up to 1 cm ago raised false alarms (docs/decisions.md, "The shadow's cost").
+        views.cast_shadows(xpos, xquat)
         img = _as_uint8(images)
         shape = (len(views.cameras), views.height, views.width, 3)
         if img.shape != shape:
