@@ -223,7 +223,8 @@ def test_in_chromium_dragging_the_target_moves_the_twins_pusher_and_save_stores_
     _wait(lambda: client.camera.update_timestamp > 0, "the page to report its camera", 30)
     canvas = _wait(lambda: browser.execute_script(CANVAS_RECT), "the 3D canvas")
     assert canvas != "no WebGL", "three.js needs WebGL: check the SwiftShader flags"
-    assert _labelled(browser, "twin (Gaussian render)"), "the page shows the twin's Gaussian render"
+    # The GUI panel (with the twin's render) may be laid out after the 3D canvas is drawn: wait for it.
+    _wait(lambda: _labelled(browser, "twin (Gaussian render)"), "the page to show the twin's Gaussian render", 30)
 
     _button(browser, "Start").click()
     _wait(lambda: server.snapshot().recording, "Start to begin an episode")
