@@ -345,6 +345,26 @@ def test_a_global_brightness_change_does_not_pull_the_object(setup) -> None:
     assert _correct(twin, uncompensated, dark).loss_before > 100 * result.loss_before
 
 
+def test_the_blur_is_the_separable_gaussian_with_replicated_edges() -> None:
+    """`blur_images` against its definition: each pixel the Gaussian-weighted sum (taps to 3σ, normalised) over its
+    row and then its column, indices beyond the image clamped to its edge; gradients flow through it."""
+    from realissim.estimate.photometric import blur_images
+
+    rng = np.random.default_rng(3)
+    images = rng.random((2, 7, 11, 3))
+    for sigma in (0.6, 1.0, 2.3):
+        radius = max(1, int(np.ceil(3.0 * sigma)))
+        offsets = np.arange(-radius, radius + 1)
+        taps = np.exp(-0.5 * (offsets / sigma) ** 2)
+        taps /= taps.sum()
+        along_w = sum(t * images[:, :, np.clip(np.arange(11) + o, 0, 10)] for t, o in zip(taps, offsets))
+        expected = sum(t * along_w[:, np.clip(np.arange(7) + o, 0, 6)] for t, o in zip(taps, offsets))
+        np.testing.assert_allclose(blur_images(torch.from_numpy(images), sigma).numpy(), expected, atol=1e-12)
+    x = torch.from_numpy(images).requires_grad_()
+    blur_images(x, 1.0).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and float(x.grad.abs().sum()) > 0
+
+
 def test_the_blur_smooths_both_images_alike(setup) -> None:
     """`blur_images`: σ 0 is the identity, a flat image stays flat, a hard edge becomes a monotone ramp with its
     sum kept. In the correction, `blur` changes the loss it minimises (both images blurred alike: still pulling

@@ -10,18 +10,42 @@ from torch import Tensor
 
 def blur_images(images: Tensor, sigma: float) -> Tensor:
     """Images (C,H,W,3) blurred by a separable Gaussian of σ `sigma` px (taps to 3σ, edges replicated); the
-    images themselves for σ ≤ 0. Differentiable."""
+    images themselves for σ ≤ 0. Differentiable.
+
+    Each pass is one matrix product with a banded (n, n) blur matrix whose edge rows fold the taps that fall off the
+    image onto its first and last pixels (the replicated edge): for the correction's small windows that is several
+    times faster than a grouped convolution, and it needs no permutes or padding."""
     if sigma <= 0:
         return images
-    radius = max(1, int(np.ceil(3.0 * sigma)))
-    x = torch.arange(-radius, radius + 1, dtype=images.dtype, device=images.device)
-    taps = torch.exp(-0.5 * (x / sigma) ** 2)
-    taps = taps / taps.sum()
-    out = images.permute(0, 3, 1, 2)
-    out = torch.nn.functional.pad(out, (radius, radius, radius, radius), mode="replicate")
-    out = torch.nn.functional.conv2d(out, taps.view(1, 1, 1, -1).expand(3, 1, 1, -1), groups=3)
-    out = torch.nn.functional.conv2d(out, taps.view(1, 1, -1, 1).expand(3, 1, -1, 1), groups=3)
-    return out.permute(0, 2, 3, 1)
+    c, h, w, k = images.shape
+    rows = _blur_matrix(h, float(sigma), images.dtype, images.device)
+    cols = _blur_matrix(w, float(sigma), images.dtype, images.device)
+    out = images.permute(0, 1, 3, 2).reshape(c * h * k, w) @ cols.T  # along each row
+    out = rows @ out.reshape(c, h, k * w)  # along each column
+    return out.reshape(c, h, k, w).permute(0, 1, 3, 2)
+
+
+_BLUR_MATRICES: dict[tuple[int, float, torch.dtype, torch.device], Tensor] = {}
+
+
+def _blur_matrix(n: int, sigma: float, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """(n, n): row i the Gaussian taps (σ px, to 3σ, normalised) centred on pixel i, those beyond the ends added to
+    the end pixels (replicated edges). Cached per size, σ, dtype and device."""
+    key = (n, sigma, dtype, device)
+    matrix = _BLUR_MATRICES.get(key)
+    if matrix is None:
+        radius = max(1, int(np.ceil(3.0 * sigma)))
+        x = np.arange(-radius, radius + 1, dtype=np.float64)
+        taps = np.exp(-0.5 * (x / sigma) ** 2)
+        taps /= taps.sum()
+        dense = np.zeros((n, n))
+        for i in range(n):
+            np.add.at(dense[i], np.clip(i + np.arange(-radius, radius + 1), 0, n - 1), taps)
+        matrix = torch.as_tensor(dense, dtype=dtype, device=device)
+        if len(_BLUR_MATRICES) > 64:
+            _BLUR_MATRICES.clear()
+        _BLUR_MATRICES[key] = matrix
+    return matrix
 
 
 def photometric_loss(rgb: Tensor, target: Tensor, kind: str, delta: float) -> Tensor:

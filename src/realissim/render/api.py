@@ -35,10 +35,12 @@ def resolve_backend(backend: Backend, device_type: str) -> Literal["reference", 
 
 
 def _accumulate(
-    args: tuple, backend: Backend, static: StaticLayer | None, eps2d: float = EPS2D
+    args: tuple, backend: Backend, static: StaticLayer | None, eps2d: float = EPS2D, validate: bool = True
 ) -> tuple[Tensor, Tensor]:
-    """Check the inputs, pick the backend and return its accumulated features (C,H,W,4) and alpha (C,H,W)."""
-    check_inputs(*args[:9])
+    """Check the inputs (unless `validate` is False), pick the backend and return its accumulated features
+    (C,H,W,4) and alpha (C,H,W)."""
+    if validate:
+        check_inputs(*args[:9])
     chosen = resolve_backend(backend, args[0].device.type)
     if chosen == "gsplat":
         if static is not None:
@@ -66,6 +68,7 @@ def rasterize(
     far: float = DEFAULT_FAR,
     static: StaticLayer | None = None,
     eps2d: float = EPS2D,
+    validate: bool = True,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Render world-frame 3D Gaussians into C pinhole cameras (differentiable).
 
@@ -87,6 +90,9 @@ def rasterize(
         eps2d: px² added to every projected Gaussian's 2D covariance (a low-pass, as in 3DGS): the default keeps a
             Gaussian smaller than a pixel from falling between pixel centres; smaller values render hard edges
             harder (the twin's views, `TwinViews.eps2d`).
+        validate: check the inputs' shapes, dtypes and values first (ValueError naming the first wrong one);
+            False skips it, for a caller rendering the same checked Gaussians again, moved by finite amounts
+            (the visual correction's Jacobian and steps).
 
     Returns:
         rgb (C,H,W,3), alpha (C,H,W) accumulated opacity in [0, 1], and depth (C,H,W): the
@@ -94,7 +100,7 @@ def rasterize(
         scales, colors and opacities (and to `background`); not into `static`.
     """
     args = (means, quats, scales, colors, opacities, Ks, X_WCs, int(width), int(height), float(near), float(far))
-    acc, alpha = _accumulate(args, backend, static, eps2d)
+    acc, alpha = _accumulate(args, backend, static, eps2d, validate)
     bg = background_image(background, Ks.shape[0], int(height), int(width), acc)
     return compose(acc, alpha, bg)
 
