@@ -430,30 +430,18 @@ class VisualCorrection:
         Levenberg–Marquardt (`pose_solver.solve_pose`) on its free coordinates (`pose_solver.free_coordinates`: a
         body resting on a support, a nonzero row of `support` (K,3), has three), both images compared through a blur
         of σ `gn_smoothing` (composed with `blur`'s); and the loss at the twin's pose and the least over the poses
-        rendered. With `gn_coarse`, when the first step was cut short by its bound, a coarse level continues from the
-        fine one's pose (kept where it lowered its own loss; the losses reported stay the fine level's)."""
+        rendered."""
         cfg = self.config
         basis = free_coordinates(support, len(self.object_bodies), cfg.gn_fd_step)
+        sigma = float(np.hypot(cfg.gn_smoothing, cfg.blur))
+        seen, rendered = self._comparison(fixed, target, window, background, eps2d, sigma)
 
-        def residual_at(sigma: float, start: np.ndarray) -> Callable[[np.ndarray], Tensor]:
-            seen, rendered = self._comparison(fixed, target, window, background, eps2d, sigma)
+        def residual(change: np.ndarray) -> Tensor:
+            moved = torch.as_tensor(change, dtype=torch.float32)
+            with torch.no_grad():
+                return (rendered(place(moved[:, :3], moved[:, 3:])) - seen).reshape(-1).double()
 
-            def residual(change: np.ndarray) -> Tensor:
-                moved = torch.as_tensor(start + change, dtype=torch.float32)
-                with torch.no_grad():
-                    return (rendered(place(moved[:, :3], moved[:, 3:])) - seen).reshape(-1).double()
-
-            return residual
-
-        zero = np.zeros((len(self.object_bodies), 6))
-        change, losses, bounded = solve_pose(
-            residual_at(float(np.hypot(cfg.gn_smoothing, cfg.blur)), zero), basis, cfg, stages
-        )
-        if bounded and cfg.gn_coarse is not None:
-            sigma, bound = float(np.hypot(cfg.gn_coarse[0], cfg.blur)), (cfg.gn_coarse[1], cfg.gn_coarse[2])
-            more, (before, after), _ = solve_pose(residual_at(sigma, change), basis, cfg, stages, max_step=bound)
-            if after < before:
-                change = change + more
+        change, losses, _ = solve_pose(residual, basis, cfg, stages)
         return change, losses
 
     def _wrenches(self, delta: Tensor, x_old: Tensor, xipos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

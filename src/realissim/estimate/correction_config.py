@@ -80,12 +80,6 @@ class CorrectionConfig:
     gn_max_step: tuple[float, float] = (0.008, 0.08)
     """solver "gauss_newton": the most one step may move a body, m and rad: a trust region (the renders are linear in
     the pose only over a few px), about as far as Adam's five steps went, so a gross loss is left to the search."""
-    gn_coarse: tuple[float, float, float] | None = None
-    """solver "gauss_newton": a coarse level (σ px, the step bound m, rad) when the first step hit `gn_max_step`
-    (the object is farther than the fine level's basin, as when the real object is struck and slides): Levenberg–
-    Marquardt again from the fine level's pose, both images compared through a blur of this σ (composed with `blur`'s),
-    whose wider edges reach farther, with this step bound; kept where it lowered its own loss. Costs one Jacobian and
-    `gn_iterations` renders, on those corrections only. None: no coarse level."""
     rot_stiffness: float = 8.0
     """rigid: torque per radian of rotation found, N·m/rad."""
     damping_ratio: float = 1.0
@@ -147,8 +141,6 @@ class CorrectionConfig:
     def __post_init__(self) -> None:
         if self.gn_iterations < 1:
             raise ValueError(f"gn_iterations: must be ≥ 1, got {self.gn_iterations}")
-        if self.gn_coarse is not None and not (len(self.gn_coarse) == 3 and min(self.gn_coarse) > 0):
-            raise ValueError(f"gn_coarse: must be None or (σ px, m, rad), all > 0; got {self.gn_coarse}")
         if not self.gn_smoothing >= 0:
             raise ValueError(f"gn_smoothing: must be ≥ 0 px, got {self.gn_smoothing}")
         if not (min(self.gn_fd_step) > 0 and min(self.gn_max_step) > 0 and self.gn_damping >= 0):

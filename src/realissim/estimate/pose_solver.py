@@ -46,7 +46,6 @@ def solve_pose(
     basis: np.ndarray,
     config: CorrectionConfig,
     stages: dict[str, float],
-    max_step: tuple[float, float] | None = None,
 ) -> tuple[np.ndarray, tuple[float, float], bool]:
     """The bodies' pose changes (K,6) [translation m, rotation vector rad], world frame, that bring `residual` (pose
     changes (K,6) → the residual (n,) float64 of their render against the real images) down, by Levenberg–Marquardt on
@@ -57,10 +56,10 @@ def solve_pose(
     `config`: `loss` and `huber_delta` (the robust loss, met by reweighting: Huber 1 inside δ and δ/|r| outside),
     `gn_iterations` steps (each but the last checked with one residual; a step that made the loss worse is halved
     back towards the best seen), `gn_damping` (Marquardt's λ relative to the normal matrix's diagonal) and
-    `gn_max_step` (m, rad: the most one step may move a body; `max_step` replaces it). The time spent is added to
+    `gn_max_step` (m, rad: the most one step may move a body). The time spent is added to
     `stages` ("forward": the residuals; "optimiser": the solves)."""
     clock, cfg = time.perf_counter, config
-    bound = cfg.gn_max_step if max_step is None else max_step
+    bound = cfg.gn_max_step
     k = basis.shape[0] // 6
     owner = np.abs(basis).reshape(k, 6, -1).sum(axis=1).argmax(axis=0)  # (d,) the body each coordinate moves
 
