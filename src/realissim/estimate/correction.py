@@ -29,7 +29,7 @@ from realissim.estimate.photometric import blur_images, photometric_loss
 from realissim.estimate.pose_solver import free_coordinates, solve_pose
 from realissim.estimate.vector_adam import VectorAdam
 from realissim.render import rasterize
-from realissim.render.gaussians import Gaussians, quat_multiply
+from realissim.render.gaussians import Gaussians
 from realissim.twin.physics import TwinPhysics
 from realissim.twin.support import planar_wrenches, support_normals, touched
 from realissim.views.cameras import TwinViews, ViewWindow
@@ -364,18 +364,27 @@ class VisualCorrection:
         `solver`; returns wrenches (K,6) (uncapped), translations found (K,) m and their planar (x, y) parts (K,) m,
         and the losses before and after (see `CorrectionResult`)."""
         cfg, k = self.config, len(self.object_bodies)
-        com = torch.as_tensor(xipos[self.object_bodies], dtype=torch.float32)[self._slot]
+        com_body = torch.as_tensor(xipos[self.object_bodies], dtype=torch.float32)  # (K,3)
+        com = com_body[self._slot]
         arm = means0 - com
+        eye = torch.eye(3, dtype=torch.float32)
 
         def place(shift: Tensor, rotvec: Tensor) -> list[Tensor]:
             """The objects' Gaussian arguments with each body moved by `shift` (K,3) m and turned by `rotvec` (K,3)
-            rad about its COM."""
-            r = rotvec[self._slot]
-            # Small rotation per frame: second-order Rodrigues for points, first-order quaternion.
-            cross = torch.linalg.cross(r, arm, dim=-1)
-            moved = com + arm + cross + 0.5 * torch.linalg.cross(r, cross, dim=-1) + shift[self._slot]
-            dq = torch.cat([torch.ones_like(r[:, :1]), 0.5 * r], dim=-1)
-            return [moved, quat_multiply(dq / dq.norm(dim=-1, keepdim=True), quats0), *rest]
+            rad about its COM. Small rotation per frame: second-order Rodrigues for points (I + [r]× + [r]×²/2 per
+            body), first-order quaternion ((1, r/2) normalised, left-multiplied as a 4×4 matrix per body): per body
+            small matrices, then one product per Gaussian argument (this runs for every render of a correction)."""
+            rx, ry, rz = rotvec.unbind(-1)
+            zero = torch.zeros_like(rx)
+            skew = torch.stack([zero, -rz, ry, rz, zero, -rx, -ry, rx, zero], dim=-1).reshape(k, 3, 3)
+            turn = eye + skew + 0.5 * (skew @ skew)
+            dq = torch.cat([torch.ones_like(rotvec[:, :1]), 0.5 * rotvec], dim=-1)
+            w, x, y, z = (dq / dq.norm(dim=-1, keepdim=True)).unbind(-1)
+            left = torch.stack([w, -x, -y, -z, x, w, -z, y, y, z, w, -x, z, -y, x, w], dim=-1).reshape(k, 4, 4)
+            if k == 1:
+                return [arm @ turn[0].T + (com_body[0] + shift[0]), quats0 @ left[0].T, *rest]
+            moved = torch.einsum("nij,nj->ni", turn[self._slot], arm) + com + shift[self._slot]
+            return [moved, torch.einsum("nij,nj->ni", left[self._slot], quats0), *rest]
 
         if cfg.solver == "gauss_newton":
             step, losses = self._gauss_newton(place, fixed, target, window, stages, eps2d, background, support)

@@ -44,6 +44,23 @@ def _static_arrays(static: StaticLayer | None, shape: tuple[int, int, int], dtyp
     return static.numpy(dtype)
 
 
+_last_cameras: tuple[Tensor, int, Tensor, int, np.ndarray, np.ndarray, np.ndarray] | None = None
+"""The last cameras converted by `_cameras`: the tensors, their versions and the float64 arrays."""
+
+
+def _cameras(Ks: Tensor, X_WCs: Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """R_CW (C,3,3), t_CW (C,3) and Ks (C,3,3) as float64 arrays, reused while the same camera tensors come again
+    unchanged (the same tensors, not modified in place): a correction renders one window five times."""
+    global _last_cameras
+    last = _last_cameras  # (one read: another thread may replace it)
+    if last is not None and last[0] is Ks and last[1] == Ks._version and last[2] is X_WCs and last[3] == X_WCs._version:
+        return last[4], last[5], last[6]
+    R_CW, t_CW = (_np(x.to(torch.float64)) for x in world_to_camera(X_WCs))
+    Ks64 = _np(Ks.to(torch.float64))
+    _last_cameras = (Ks, Ks._version, X_WCs, X_WCs._version, R_CW, t_CW, Ks64)
+    return R_CW, t_CW, Ks64
+
+
 class _Rasterize(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -65,8 +82,7 @@ class _Rasterize(torch.autograd.Function):
         _set_threads()
         dtype = _np(means).dtype
         n_cams, n = Ks.shape[0], means.shape[0]
-        R_CW, t_CW = (_np(x.to(torch.float64)) for x in world_to_camera(X_WCs))
-        Ks64 = _np(Ks.to(torch.float64))
+        R_CW, t_CW, Ks64 = _cameras(Ks, X_WCs)
         arrays = [_np(x) for x in (means, quats, scales, colors, opacities)]
         mean2d = np.zeros((n_cams, n, 2), dtype)
         conic = np.zeros((n_cams, n, 3), dtype)
