@@ -439,14 +439,16 @@ class _Scorer:
         return [placed, quat_mul(q, quats).astype(np.float32), scales, colors, opacities]
 
     def score(self, gaussians: list[np.ndarray] | None) -> float:
-        """Loss with the object's Gaussians (None: the object absent) rendered with the fixed ones."""
+        """Loss with the object's Gaussians (None: the object absent) rendered with the fixed ones (the renderer
+        checks its inputs at the scorer's first render only: the later ones place the same Gaussians at other finite
+        poses)."""
         cfg, views, win = self.config, self.views, self.window
         args = self._fixed if gaussians is None else [np.concatenate([a, b]) for a, b in zip(gaussians, self._fixed)]
         tensors = [torch.from_numpy(np.ascontiguousarray(a)).to(views.device) for a in args]
         with torch.no_grad():
             rgb, _, _ = rasterize(
                 *tensors, win.Ks, views.X_WCs, win.width, win.height, views.background, views.backend,
-                static=win.static_layer, eps2d=views.eps2d,
+                static=win.static_layer, eps2d=views.eps2d, validate=self.renders == 0,
             )  # fmt: skip
         r, t = rgb.cpu().numpy(), self._seen
         gain = (r * t).sum(axis=(1, 2)) / np.maximum((r * r).sum(axis=(1, 2)), 1e-9)
