@@ -364,8 +364,7 @@ class VisualCorrection:
         `solver`; returns wrenches (K,6) (uncapped), translations found (K,) m and their planar (x, y) parts (K,) m,
         and the losses before and after (see `CorrectionResult`)."""
         cfg, k = self.config, len(self.object_bodies)
-        com_body = torch.as_tensor(xipos[self.object_bodies], dtype=torch.float32)  # (K,3)
-        com = com_body[self._slot]
+        com = torch.as_tensor(xipos[self.object_bodies], dtype=torch.float32)[self._slot]
         arm = means0 - com
         eye = torch.eye(3, dtype=torch.float32)
 
@@ -381,8 +380,6 @@ class VisualCorrection:
             dq = torch.cat([torch.ones_like(rotvec[:, :1]), 0.5 * rotvec], dim=-1)
             w, x, y, z = (dq / dq.norm(dim=-1, keepdim=True)).unbind(-1)
             left = torch.stack([w, -x, -y, -z, x, w, -z, y, y, z, w, -x, z, -y, x, w], dim=-1).reshape(k, 4, 4)
-            if k == 1:
-                return [arm @ turn[0].T + (com_body[0] + shift[0]), quats0 @ left[0].T, *rest]
             moved = torch.einsum("nij,nj->ni", turn[self._slot], arm) + com + shift[self._slot]
             return [moved, torch.einsum("nij,nj->ni", left[self._slot], quats0), *rest]
 
@@ -450,8 +447,7 @@ class VisualCorrection:
             with torch.no_grad():
                 return (rendered(place(moved[:, :3], moved[:, 3:])) - seen).reshape(-1).double()
 
-        change, losses, _ = solve_pose(residual, basis, cfg, stages)
-        return change, losses
+        return solve_pose(residual, basis, cfg, stages)
 
     def _wrenches(self, delta: Tensor, x_old: Tensor, xipos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-body wrenches (K,6) (uncapped) and mean displacement (K,) m from Gaussian displacements (n,3)."""

@@ -46,20 +46,18 @@ def solve_pose(
     basis: np.ndarray,
     config: CorrectionConfig,
     stages: dict[str, float],
-) -> tuple[np.ndarray, tuple[float, float], bool]:
+) -> tuple[np.ndarray, tuple[float, float]]:
     """The bodies' pose changes (K,6) [translation m, rotation vector rad], world frame, that bring `residual` (pose
     changes (K,6) → the residual (n,) float64 of their render against the real images) down, by Levenberg–Marquardt on
-    the free coordinates `basis` (6K, d) (`free_coordinates`); the loss at zero change and the least over the
-    changes evaluated (a step that made it worse is taken back, so the last evaluated need not be the best); and
-    whether the first step was cut short by the step bound (the images asked for more than one step may move).
+    the free coordinates `basis` (6K, d) (`free_coordinates`); and the loss at zero change and the least over the
+    changes evaluated (a step that made it worse is taken back, so the last evaluated need not be the best).
 
     `config`: `loss` and `huber_delta` (the robust loss, met by reweighting: Huber 1 inside δ and δ/|r| outside),
     `gn_iterations` steps (each but the last checked with one residual; a step that made the loss worse is halved
     back towards the best seen), `gn_damping` (Marquardt's λ relative to the normal matrix's diagonal) and
-    `gn_max_step` (m, rad: the most one step may move a body). The time spent is added to
-    `stages` ("forward": the residuals; "optimiser": the solves)."""
+    `gn_max_step` (m, rad: the most one step may move a body). The time spent is added to `stages` ("forward": the
+    residuals; "optimiser": the solves)."""
     clock, cfg = time.perf_counter, config
-    bound = cfg.gn_max_step
     k = basis.shape[0] // 6
     owner = np.abs(basis).reshape(k, 6, -1).sum(axis=1).argmax(axis=0)  # (d,) the body each coordinate moves
 
@@ -81,32 +79,31 @@ def solve_pose(
     stages["forward"] += clock() - t0
     jac = torch.stack(columns, dim=1)  # (n, d)
 
-    def step(u: np.ndarray, r: Tensor, w: Tensor) -> tuple[np.ndarray, bool]:
-        """The next coordinates from u, where the residual is r with weights w: one damped step, bounded per body;
-        and whether the bound cut it."""
+    def step(u: np.ndarray, r: Tensor, w: Tensor) -> np.ndarray:
+        """The next coordinates from u, where the residual is r with weights w: one damped step, bounded per body."""
         t0 = clock()
         wj = jac * w[:, None]
         normal = jac.T @ wj
         diag = torch.diagonal(normal)
         normal = normal + torch.diag(cfg.gn_damping * diag + 1e-12 * (1.0 + float(diag.max())))
         delta = -torch.linalg.solve(normal, wj.T @ r).numpy()
-        if not np.all(np.isfinite(delta)):  # (a degenerate system): no step; the renders after it are not checked
+        if not np.all(np.isfinite(delta)):  # a degenerate system: no step (the renderer no longer checks each render)
             delta = np.zeros_like(delta)
         moved = pose(delta)
         scale = np.minimum(
-            bound[0] / np.maximum(np.linalg.norm(moved[:, :3], axis=1), 1e-12),
-            bound[1] / np.maximum(np.linalg.norm(moved[:, 3:], axis=1), 1e-12),
-        )
+            cfg.gn_max_step[0] / np.maximum(np.linalg.norm(moved[:, :3], axis=1), 1e-12),
+            cfg.gn_max_step[1] / np.maximum(np.linalg.norm(moved[:, 3:], axis=1), 1e-12),
+        ).clip(max=1.0)
         stages["optimiser"] += clock() - t0
-        return u + delta * scale.clip(max=1.0)[owner], bool(scale.min() < 1.0)
+        return u + delta * scale[owner]
 
     best, best_loss = u0, loss0
-    candidate, bounded = step(u0, r0, w0)
+    candidate = step(u0, r0, w0)
     for _ in range(cfg.gn_iterations - 1):
         r, loss, w = evaluate(candidate)
         if loss < best_loss:
             best, best_loss = candidate, loss
-            candidate, _ = step(best, r, w)
+            candidate = step(best, r, w)
         else:
             candidate = 0.5 * (best + candidate)
-    return pose(candidate), (loss0, best_loss), bounded
+    return pose(candidate), (loss0, best_loss)
