@@ -22,7 +22,7 @@ from realissim.assets.pusht import (
 )
 from realissim.geometry import project_points
 from realissim.spec import BoxSpec, Pose, SceneSpec, SpecError
-from realissim.twin.kinematics import IKConfig, PusherIK
+from realissim.twin.kinematics import IKConfig, IKError, PusherIK
 
 
 def _robot_model(scene: SceneSpec) -> tuple[mujoco.MjModel, mujoco.MjData]:
@@ -174,3 +174,30 @@ def test_pusher_joints_are_a_function_of_the_tip_not_of_the_path(scene: SceneSpe
     assert abs(ik.solve(tip, twisted)[0]) < 0.4
     drifting = PusherIK(scene, IKConfig(posture="seed"))
     assert abs(drifting.solve(tip, twisted)[0] - twisted[0]) < 0.05
+
+
+def test_compiled_ik_agrees_with_mink(scene: SceneSpec) -> None:
+    """The compiled solver and mink's solve the same problem: both put the tip on the target with the rod vertical,
+    and agree on every joint but the rod's spin about its own (vertical) axis, which does not move the tip. Past the
+    arm's reach (not strict) both stop within the joint limits."""
+    compiled, reference = PusherIK(scene), PusherIK(scene, IKConfig(solver="mink"))
+    rng = np.random.default_rng(3)
+    home = np.asarray(scene.robot.home)
+    lower, upper = np.asarray(panda.Q_LOWER), np.asarray(panda.Q_UPPER)
+    for _ in range(25):
+        p = np.array([*(np.asarray(WORKSPACE_CENTER) + rng.uniform(-WORKSPACE_HALF, WORKSPACE_HALF, 2)),
+                      rng.uniform(0.012, 0.08)])  # fmt: skip
+        a, b = compiled.solve(p, home), reference.solve(p, home)
+        assert np.linalg.norm(compiled.tip_position(a) - p) < 1e-4
+        compiled._scratch.qpos[:] = a
+        mujoco.mj_kinematics(compiled.model, compiled._scratch)
+        assert compiled._scratch.site_xmat[compiled._site][8] < -1 + 1e-6, "the rod must point straight down"
+        np.testing.assert_allclose(a[:6], b[:6], atol=0.03)
+    far = np.array([1.0, 0.0, 0.015])  # 1.5 m from the base: out of reach
+    for ik in (compiled, reference):
+        with pytest.raises(IKError):
+            ik.solve(far, home)
+        q = ik.solve(far, home, strict=False)
+        assert np.all(q >= lower - 1e-9) and np.all(q <= upper + 1e-9)
+    with pytest.raises(ValueError, match="solver"):
+        IKConfig(solver="scipy")  # type: ignore[arg-type]
