@@ -186,6 +186,28 @@ def test_search_finds_the_real_t_from_15_cm_and_90_degrees_away(rig: Rig, seed: 
     assert (again.pos == result.pos).all() and again.score == result.score and again.renders == result.renders
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_near_search_finds_a_t_close_to_the_twins_and_explains_little_of_one_far_away(rig: Rig, seed: int) -> None:
+    """`search_near` (the alarm check's first look): the twin's T 1.2 cm and 6° off the real one is refined onto it
+    (to the global search's 1 cm and 5°) with fewer renders, explaining a good part of the images; the twin's T 15 cm
+    away explains next to nothing there (the alarm check then falls back on the global search)."""
+    real, away = _teleport(seed)
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.0, 2 * math.pi)
+    close = (real[0] + 0.012 * math.cos(a), real[1] + 0.012 * math.sin(a), real[2] + math.radians(6))
+    q_real, images = rig.stage(real, close)
+    near = rig.search.search_near(rig.twin, q_real, images)
+    assert near.found and near.tipped is None
+    assert np.linalg.norm(near.pos[:2] - real[:2]) < 0.01, (near.pos, real)
+    assert _yaw_error(near.yaw, real[2]) < math.radians(5), (math.degrees(near.yaw), math.degrees(real[2]))
+    assert 1.0 - near.score / near.empty_score > 0.3, near
+    assert near.score < near.current_score
+    assert near.renders < rig.search.search(rig.twin, q_real, images).renders
+    q_real, images = rig.stage(real, away)
+    far = rig.search.search_near(rig.twin, q_real, images)
+    assert not far.found or 1.0 - far.score / far.empty_score < 0.1, far
+
+
 def _shade(images: np.ndarray, factor: float = 0.35) -> np.ndarray:
     """A shadow the twin does not render: in every camera, the pixels on one side of a slanted line through the
     image's middle darkened to `factor` of their brightness."""

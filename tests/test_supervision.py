@@ -130,3 +130,27 @@ def test_the_twin_in_sync_is_confirmed_not_moved(scene: SceneSpec) -> None:
         assert supervision.attempts == () and not sup.hold_this_frame() and not sup.desynced
     s = rig.twin.state()
     assert np.array_equal(s.object_pos[0], pos) and quat_yaw(s.object_quat[0]) == pytest.approx(yaw)
+
+
+def test_the_alarm_check_looks_near_the_twin_first(scene: SceneSpec) -> None:
+    """The sighting puts the T 4 cm from the twin's and the evidence fires. Checked within 5 cm, the near search
+    finds it and vetoes the alarm with fewer renders than the global search's veto; checked within 2 cm, the near
+    search's pose is too far to veto, the global search confirms the loss and the T is re-acquired from it."""
+    rig = Rig(scene, 0.04)
+    frames = rig.supervisor().detector.counts.sight_frames
+    renders = {}
+    for near in (0.2, None):
+        sup = rig.supervisor(alarm_check=0.05, alarm_check_near=near)
+        for frame in range(1, frames + 1):
+            _update(sup, rig, frame)
+        assert not sup.desynced and sup.detector.vetoes, "the T is within the check's 5 cm: no alarm"
+        (check,) = [a for a in sup.reacquisitions if a.check]
+        assert check.search.found and abs(np.linalg.norm(check.search.pos[:2] - rig.real[:2])) < 0.01
+        renders[near] = check.search.renders
+    assert renders[0.2] < renders[None], renders
+    sup = rig.supervisor(alarm_check=0.02)
+    for frame in range(1, frames + 1):
+        _, timing = _update(sup, rig, frame)
+    assert not sup.detector.vetoes and "check" in timing
+    (placed,) = [a for a in sup.reacquisitions if a.placed]
+    assert placed.search.renders > renders[0.2] and rig.twin_off() < 0.01

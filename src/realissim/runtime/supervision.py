@@ -34,6 +34,7 @@ from realissim.geometry import quat_yaw
 from realissim.runtime.config import SupervisionConfig
 from realissim.runtime.desync import DesyncDetector
 from realissim.twin.physics import TwinPhysics
+from realissim.twin.state import TwinState
 from realissim.views.cameras import TwinViews
 
 log = logging.getLogger(__name__)
@@ -235,29 +236,49 @@ class Supervisor:
             log.info("frame %d: object %d lies flat again", self._frame, k)
 
     def _loss_confirmed(self, q_real: np.ndarray, images: np.ndarray) -> bool:
-        """The alarm check (`SupervisionConfig.alarm_check`): search every object in this frame's images; the loss
-        is confirmed unless each is found within the check's distance and yaw of the twin's pose. The searches are
-        kept for this frame's re-acquisition."""
+        """The alarm check (`SupervisionConfig.alarm_check`): search every object in this frame's images (near the
+        twin's pose first: `alarm_check_near`); the loss is confirmed unless each is found within the check's distance
+        and yaw of the twin's pose. The searches are kept for this frame's re-acquisition."""
         assert self.search is not None and self.config.alarm_check is not None
         t0 = time.perf_counter()
-        results = [self.search.search(self.twin, q_real, images, k) for k in range(len(self.sighting.object_bodies))]
+        state = self.twin.state()  # the objects' poses the search compares against (from qpos, as it does)
+        results = []
+        for k in range(len(self.sighting.object_bodies)):
+            near = None
+            if self.config.alarm_check_near is not None:  # clearly found where the twin has it: no global search
+                near = self.search.search_near(self.twin, q_real, images, k)
+                explained = 1.0 - near.score / near.empty_score if near.found and near.empty_score > 0 else 0.0
+                if explained < self.config.alarm_check_near or self._far(near, state, k):
+                    near = None  # the global search decides (and, if the alarm stands, places from its pose)
+            results.append(near if near is not None else self.search.search(self.twin, q_real, images, k))
         self._checked = (results, time.perf_counter() - t0)
         for k, found in enumerate(results):  # (a veto skips `_reacquire`)
             self._note_tipped(k, found)
-        state = self.twin.state()  # the objects' poses the search compared against (from qpos, as it does)
         confirmed = False
         for k, found in enumerate(results):
             if not found.found:
                 log.info("alarm check at frame %d: object %d not found: the alarm stands", self._frame, k)
                 confirmed = True
                 continue
-            off = float(np.hypot(*(found.pos[:2] - state.object_pos[k, :2])))
-            turn = abs(math.remainder(found.yaw - float(quat_yaw(state.object_quat[k])), 2.0 * math.pi))
-            far = off > self.config.alarm_check or turn > self.config.alarm_check_yaw
+            off, turn = self._offset(found, state, k)
+            far = self._far(found, state, k)
             log.info("alarm check at frame %d: object %d found %.1f mm, %.1f° from the twin's: %s", self._frame, k,
                      1e3 * off, math.degrees(turn), "the alarm stands" if far else "no alarm")  # fmt: skip
             confirmed |= far
         return confirmed
+
+    @staticmethod
+    def _offset(found: SearchResult, state: TwinState, k: int) -> tuple[float, float]:
+        """Planar distance (m) and yaw difference (rad) between the found pose of object `k` and the twin's."""
+        off = float(np.hypot(*(found.pos[:2] - state.object_pos[k, :2])))
+        turn = abs(math.remainder(found.yaw - float(quat_yaw(state.object_quat[k])), 2.0 * math.pi))
+        return off, turn
+
+    def _far(self, found: SearchResult, state: TwinState, k: int) -> bool:
+        """Whether the found pose of object `k` is beyond the alarm check's distance or yaw from the twin's."""
+        assert self.config.alarm_check is not None
+        off, turn = self._offset(found, state, k)
+        return off > self.config.alarm_check or turn > self.config.alarm_check_yaw
 
 
 def _evidence(sightings: tuple[ObjectSighting, ...]) -> tuple[float, float]:
