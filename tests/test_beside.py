@@ -97,3 +97,47 @@ def test_the_detector_counts_its_seconds_at_the_period_it_is_fed() -> None:
     assert not detector.desynced
     detector.update(1.0, frame=123)  # the seventh: 0.35 s ≥ fire_s
     assert detector.desynced and detector.events[-1] == (123, "fired")
+
+
+def test_a_correction_ending_between_frames_is_taken_up_at_once(scene: SceneSpec) -> None:
+    """`Runtime.idle` (the wait between two frames on the wall clock): a job that ends meanwhile is collected and
+    the next one handed over then, not at the next frame's start; not twice in one frame. Each correction here waits
+    for the test's go-ahead, so the order is deterministic."""
+    import threading
+    import time
+
+    with Surrogate(scene, SurrogateConfig(camera_size=(160, 90))) as world:
+        runtime = Runtime(scene, RuntimeConfig(correct_beside=True), world)
+        runtime.reset()
+        assert runtime.correction is not None
+        real = runtime.correction.correct
+        started: list[float] = []
+        go = [threading.Event() for _ in range(4)]
+
+        def gated(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+            started.append(time.monotonic())
+            go[len(started) - 1].wait(10.0)
+            return real(*args, **kwargs)
+
+        runtime.correction.correct = gated  # type: ignore[method-assign]
+        home = np.asarray(scene.robot.home)
+        assert runtime.frame(home).images is not None  # job 1 handed over
+        second = runtime.frame(home)  # job 1 still running: nothing collected, nothing handed over
+        assert second.correction is None and second.images is None
+        threading.Timer(0.1, go[0].set).start()
+        until = time.monotonic() + 1.0
+        runtime.idle(until)
+        assert time.monotonic() >= until
+        assert len(started) == 2, "job 1 ended during the wait: job 2 is handed over then, not at the next frame"
+        third = runtime.frame(home)
+        assert third.correction is not None and third.images is not None  # job 1's outcome, job 2's frames
+        threading.Timer(0.1, go[1].set).start()
+        runtime.idle(time.monotonic() + 0.5)  # job 2 ends: taken up (this frame handed none over yet)
+        assert len(started) == 3
+        fourth = runtime.frame(home)
+        assert fourth.correction is not None
+        go[2].set()
+        go[3].set()
+        runtime.idle(time.monotonic() + 0.5)  # job 3 ends; job 4 handed over; it ends too: kept for the next frame
+        assert len(started) == 4
+        runtime.close()

@@ -173,11 +173,12 @@ def test_the_auxiliary_pose_loss_trains_a_head_that_reads_the_object_pose_from_t
     from realissim.learn.dataset import build_samples
     from realissim.learn.train import validation_loss
 
-    """With the encoder's fusion MLP (`image_hidden`) too, whose features the head reads with the rest."""
+    """With the encoder's fusion MLP (`image_hidden`) too, whose features the head reads with the rest. (300 steps:
+    at 150 the head reached 0.70 of the baseline on the compiled IK's demonstrations, 0.07 at 300.)"""
     base = image_config("static")
     config = dataclasses.replace(
-        base, model=dataclasses.replace(base.model, aux_object=1.0, image_hidden=(32,)), steps=150, lr=3e-3,
-        warmup_steps=10, checkpoint_every=150, val_samples=256,
+        base, model=dataclasses.replace(base.model, aux_object=1.0, image_hidden=(32,)), steps=300, lr=3e-3,
+        warmup_steps=10, checkpoint_every=300, val_samples=256,
     )  # fmt: skip
     result = train(config, image_data, tmp_path / "run")
     assert result.model.encoder.feature_dim == 8 + 7 + 32  # image features, q, the MLP's

@@ -302,9 +302,9 @@ class Env:
 
     def _due(self, left: int) -> int:
         """Real time: wait if ahead of the wall clock; else how many frames are due now (≥ 1, ≤ left)."""
-        ahead = self._frame * self.dt - (time.monotonic() - self._wall0)
-        if ahead > 0:
-            time.sleep(ahead)
+        due = self._wall0 + self._frame * self.dt
+        if due > time.monotonic():
+            self.runtime.idle(due)  # (beside the loop, a correction ending meanwhile is taken up at once)
         return max(1, min(left, int((time.monotonic() - self._wall0) / self.dt) + 1 - self._frame))
 
     def observe(self) -> Observation:

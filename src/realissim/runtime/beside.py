@@ -102,10 +102,13 @@ class CorrectionThread(WorkerThread):
                 self._busy = False
             return outcome
 
-    def wait(self, timeout: float | None = None) -> CorrectionOutcome | None:
-        """Block until the pending job (if any) is done; its outcome (collected), or None if there was none."""
+    def wait(self, timeout: float | None = None, block: bool = True) -> CorrectionOutcome | None:
+        """Block until the pending job (if any) is done; its outcome (collected), or None if there was none. After
+        `timeout` s: TimeoutError, or with `block=False` None (the job still pending)."""
         with self._cond:
             if not self._cond.wait_for(lambda: not self._busy or self._outcome is not None or self._error, timeout):
+                if not block:
+                    return None
                 raise TimeoutError(f"the correction thread did not finish its job within {timeout} s")
             self._raise()
             outcome, self._outcome = self._outcome, None

@@ -97,6 +97,9 @@ class Runtime:
         """With the thread: the frame the last job was taken in (0: none yet this episode)."""
         self._period = float(config.correct_every)
         """With the thread: frames between two jobs, a running mean (the period a wrench is held for)."""
+        self._between: tuple[CorrectionOutcome | None, np.ndarray | None] = (None, None)
+        """With the thread: what `idle` collected and read between two frames (the outcome, the images of the job it
+        handed over), reported by the next frame."""
         if config.correct:
             assert world is not None
             if not world.cameras:
@@ -192,6 +195,7 @@ class Runtime:
         if self._beside is not None:
             self._beside.wait()  # the pending job's outcome belonged to the last episode
         self._last_job, self._period = 0, float(self.config.correct_every)
+        self._between = (None, None)
         self.twin.reset(rest_state(start))
         if self.world is not None:
             self.world.reset(start)
@@ -312,27 +316,66 @@ class Runtime:
         new job (None: none) and the outcome's age, s (NaN: none). The thread's times go to `timing` under
         "beside." (they are not the loop's)."""
         assert self._beside is not None and self.correction is not None and q_real is not None
-        outcome = self._beside.poll()
+        (outcome, images), self._between = self._between, (None, None)  # (collected by `idle` since the last frame)
+        arrived = self._beside.poll()
+        if arrived is not None:
+            self._collect(arrived)
+            outcome = arrived
         result, supervision, age = None, None, float("nan")
         if outcome is not None:
             result, supervision = outcome.result, outcome.supervision
             age = time.monotonic() - outcome.job.wall
             timing.update({f"beside.{key}": value for key, value in outcome.timing.items()})
-            self._held_wrench = None if outcome.withheld else np.asarray(result.wrenches, dtype=np.float64).copy()
-            self._held_left = outcome.job.held_frames
-            self._take_placements(outcome)
-            self._after_supervision(supervision)
         if self._held_wrench is not None and self._held_left > 0 and not self._stalled:
             self.twin.apply_wrenches(self.correction.damped(self._held_wrench, self.twin))
             self._held_left -= 1
-        images = self._read_cameras() if correct and not self._beside.busy else None
-        if images is not None:
-            if self._last_job:
-                self._period += 0.25 * ((self._frame - self._last_job) - self._period)
-            self._last_job = self._frame
-            held = max(self.config.beside_min_held, round(self._period))
-            self._beside.submit(self.twin, CorrectionJob(self._frame, time.monotonic(), q_real.copy(), images, held))
+        if correct and not self._beside.busy:
+            images = self._submit(q_real)
         return result, supervision, images, age
+
+    def idle(self, until: float) -> None:
+        """Between two frames on the wall clock: return at `until` (`time.monotonic()`). With the correction beside
+        the loop, a job that finishes meanwhile is collected at once (its wrench held from the next frame on) and,
+        if no job was handed over in this frame yet, the next one is (the real arm and the cameras read now, the
+        twin as this frame left it): a correction that takes longer than a frame then starts again as soon as it
+        ends, not at the next frame's start — a 22 ms correction came every second frame (30 a second), now every
+        22 ms (docs/decisions.md, "Corrections between frames"). Without the thread, a sleep."""
+        beside = self._beside
+        while (left := until - time.monotonic()) > 0:
+            if beside is None or not beside.busy or self._between[0] is not None:
+                time.sleep(left)
+                return
+            outcome = beside.wait(left, block=False)
+            if outcome is None:
+                return  # (`until` came first)
+            self._collect(outcome)
+            assert self.world is not None  # (the thread corrects against a world)
+            images = self._submit(self.world.robot.read().q) if self._last_job != self._frame else None
+            self._between = (outcome, images)
+
+    def _collect(self, outcome: CorrectionOutcome) -> None:
+        """Take a finished job's outcome: its wrench is held from now on for the frames it was scaled for (none if
+        withheld), its placements and supervision applied to the twin."""
+        assert self.correction is not None
+        wrenches = outcome.result.wrenches
+        self._held_wrench = None if outcome.withheld else np.asarray(wrenches, dtype=np.float64).copy()
+        self._held_left = outcome.job.held_frames
+        self._take_placements(outcome)
+        self._after_supervision(outcome.supervision)
+
+    def _submit(self, q_real: np.ndarray) -> np.ndarray | None:
+        """Hand the thread a job of this frame (the cameras read now, the twin as it is); the images, or None when a
+        camera has stalled (no job)."""
+        assert self._beside is not None
+        images = self._read_cameras()
+        if images is None:
+            return None
+        if self._last_job:
+            self._period += 0.25 * ((self._frame - self._last_job) - self._period)
+        self._last_job = self._frame
+        held = max(self.config.beside_min_held, round(self._period))
+        self._beside.submit(self.twin, CorrectionJob(self._frame, time.monotonic(), q_real.copy(), images, held))
+        return images
 
     def _take_placements(self, outcome: CorrectionOutcome) -> None:
         """Put the objects a placement moved (in the thread's replica) where it put them in the twin, and the twin
