@@ -159,3 +159,33 @@ def test_an_online_collection_runs_on_the_wall_clock(tmp_path: Path, capsys) -> 
     assert "online, real time" in capsys.readouterr().out
     (episode,) = Dataset(out, include_failed=True).all_episodes
     assert 2.0 - 1e-9 <= episode.duration <= 2.0 + 1.0 / 60 + 1e-9  # every frame stepped, none skipped
+
+
+@pytest.mark.slow
+def test_collect_from_a_start_set_file_records_where_each_episode_started(tmp_path: Path, capsys) -> None:
+    """`collect --starts FILE` (targeted collection): one episode per start of the file, in order, each starting
+    there and naming the file and its place in it; in two workers alike; asking for more episodes than it holds,
+    or a file of another task, is refused with the reason."""
+    from realissim.apps.collect import collect
+    from realissim.data.schema import START_SET_KEY
+    from realissim.tasks import make, write_start_file
+
+    task = make("pusht")
+    chosen = task.start_set("select-v1")[5:8]
+    starts = write_start_file(tmp_path / "mined.json", task, "mine-7", chosen)
+    out = tmp_path / "targeted"
+    args = ["collect", "--starts", str(starts), "--out", str(out), "--max-seconds", "0.5", "--no-progress"]
+    assert main(args) == 0
+    every = Dataset(out, include_failed=True).all_episodes
+    assert [e.start for e in every] == list(chosen)
+    assert [e.extra[START_SET_KEY] for e in every] == [
+        {"file": str(starts), "version": "mine-7", "seed": 0, "index": i} for i in range(3)
+    ]
+    two = collect(CollectConfig(starts=starts, out=tmp_path / "two", workers=2, max_seconds=0.5, progress=False))
+    assert two.added == 3
+    stored = Dataset(tmp_path / "two", include_failed=True).all_episodes
+    assert [e.start for e in stored] == list(chosen) and [e.extra[START_SET_KEY]["index"] for e in stored] == [0, 1, 2]
+    capsys.readouterr()
+    assert main([*args, "--episodes", "4"]) != 0
+    assert "4 asked, but the start set" in capsys.readouterr().err
+    assert len(Dataset(out, include_failed=True).all_episodes) == 3  # nothing recorded by the refused run

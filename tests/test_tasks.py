@@ -312,6 +312,40 @@ def test_start_set_file_is_checked_against_its_header(
         load_start_set(path, task, "tiny", small)
 
 
+def test_a_start_set_file_of_ones_own_reads_back_and_bad_ones_are_named(task: PushTTask, tmp_path: Path) -> None:
+    """A start-set file in the shipped format (a miner's or a user's): written, read back by `start_set` from its
+    path (for its task only), and each fault named with the file and the field."""
+    starts = task.start_set("select-v1")[:4]
+    path = tasks.write_start_file(tmp_path / "mined.json", task, "mined-run-1", starts)
+    assert tasks.is_start_file(str(path)) and not tasks.is_start_file("pusht/eval-v1")
+    assert tasks.start_set(str(path)) == starts == tasks.start_set(str(path), "pusht")
+    assert tasks.start_set_task(str(path)) == "pusht" and tasks.start_set_label(str(path)) == "mined"
+    assert tasks.start_set_label("pusht/eval-v1") == "pusht_eval-v1"
+    header = tasks.read_start_file(path, task)
+    assert (header.task, header.version, header.count) == ("pusht", "mined-run-1", 4)
+    with pytest.raises(ValueError, match="for task 'pusht', not 'other'"):
+        tasks.start_set("pusht/eval-v1", "other")
+    data = json.loads(path.read_text())
+    for change, match in (
+        ({"count": 5}, "header says 5 starts, the file holds 4"),
+        ({"task": "cube"}, "task 'cube'"),
+        ({"starts": [], "count": 0}, "at least one start"),
+    ):
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(data | change))
+        with pytest.raises(SpecError, match=match) as err:
+            tasks.read_start_file(bad, task)
+        assert str(bad) in str(err.value)
+    data["starts"][2]["objects"][0]["pos"] = [0.0, 0.0, float("nan")]
+    bad.write_text(json.dumps(data).replace("NaN", '"nan"'))
+    with pytest.raises(SpecError, match=r"starts\[2\]"):
+        tasks.read_start_file(bad, task)
+    with pytest.raises(SpecError, match="cannot read start set file"):
+        tasks.start_set(str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="no starts"):
+        tasks.write_start_file(tmp_path / "none.json", task, "v", [])
+
+
 def test_wilson_intervals_match_hand_computed_values() -> None:
     from realissim.eval.stats import rate_text, wilson
 

@@ -1,7 +1,9 @@
 """`realissim collect`: record demonstrations of a task through the twin into an episode store.
 
 Each episode starts from the task's start sampler, seeded by (seed, episode index), so a dataset's starts
-never repeat across runs and a re-run continues the sequence; it runs the policy through `run_episode` (online:
+never repeat across runs and a re-run continues the sequence — or, with `starts`, from the starts of a start-set
+file in order (targeted collection: a failure miner's set or a user's; each episode records the file and its
+place in it, `data.schema.START_SET_KEY`); it runs the policy through `run_episode` (online:
 over a surrogate real world with correction and follower on, lock-step) and the recorder appends it to the
 dataset in one piece. Failed episodes are kept, marked failed (readers exclude them by default). Running the
 command again on the same dataset appends `episodes` more.
@@ -30,6 +32,7 @@ if TYPE_CHECKING:  # the heavy modules are imported where used: `realissim --hel
     from realissim.policy.base import Policy
     from realissim.real.interfaces import RealWorld
     from realissim.tasks import Task
+    from realissim.tasks.base import StartSetFile
     from realissim.twin.randomize import DynamicsRandomization, ObjectDraw
 
 log = logging.getLogger(__name__)
@@ -45,8 +48,12 @@ class CollectConfig:
 
     task: str = "pusht"
     """Task name in the registry."""
-    episodes: int = 10
-    """Episodes to add to the dataset."""
+    episodes: int | None = None
+    """Episodes to add to the dataset (None: 10, or with `starts` one for each of its starts)."""
+    starts: Path | None = None
+    """A start-set file in the shipped format (`tasks.read_start_file`: a failure miner's, or your own): the run's
+    k-th episode starts from its k-th start instead of the start sampler (at most as many episodes as it has
+    starts), and records the file and the start's place in it (`data.schema.START_SET_KEY`)."""
     out: Path = Path("data/pusht_expert")
     """The dataset (created if missing; appended to otherwise)."""
     online: bool = False
@@ -106,7 +113,7 @@ class CollectConfig:
         if self.disturb_every and (self.online or self.policy != "expert"):
             raise ValueError("disturb_every: disturbed demonstrations are collected offline, by the expert")
         _ = self.disturb  # validates the disturbance options
-        if self.episodes < 0:
+        if self.episodes is not None and self.episodes < 0:
             raise ValueError(f"episodes: must be ≥ 0, got {self.episodes}")
         if self.workers < 1:
             raise ValueError(f"workers: must be ≥ 1, got {self.workers}")
@@ -251,6 +258,14 @@ class _Collector:
         self.recorder = EpisodeRecorder(writer, record_images=config.record_images)
         self.randomizer = _Randomizer(config, env, policy) if config.randomize else None
         extras: list[Callable[[], dict[str, object]]] = [] if self.randomizer is None else [self.randomizer.extra]
+        self.starts = None if config.starts is None else load_starts(config.starts, env.task)
+        self._position = 0
+        if self.starts is not None:
+            from realissim.data.schema import START_SET_KEY
+
+            header, file = self.starts, str(config.starts)
+            extras.append(lambda: {START_SET_KEY: {"file": file, "version": header.version, "seed": header.seed,
+                                                   "index": self._position}})  # fmt: skip
         self.disturber = None
         if config.disturb.enabled:
             from realissim.data.schema import DISTURBANCES_KEY
@@ -263,8 +278,9 @@ class _Collector:
             self.recorder.extra = lambda: {key: value for extra in extras for key, value in extra().items()}
         self.policy = policy
 
-    def run(self, index: int) -> EpisodeResult:
-        """Run episode `index` and append it to the writer (`recorder.last` is its stored info)."""
+    def run(self, index: int, position: int = 0) -> EpisodeResult:
+        """Run episode `index` and append it to the writer (`recorder.last` is its stored info); with a start-set
+        file, from its start at `position` (the episode's place in this run)."""
         import numpy as np
 
         from realissim.eval.episode import run_episode
@@ -275,7 +291,10 @@ class _Collector:
             self.disturber.seed = seed
         if self.randomizer is not None:
             self.randomizer.draw(self.config.seed, index)
-        return run_episode(self.env, self.policy, None, self.config.max_seconds, [self.recorder], seed=seed)
+        start = None
+        if self.starts is not None:
+            start, self._position = self.starts.starts[position], position
+        return run_episode(self.env, self.policy, start, self.config.max_seconds, [self.recorder], seed=seed)
 
     def close(self) -> None:
         if self.randomizer is not None:
@@ -324,18 +343,19 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
     if config.workers > 1 and policy is not None:
         raise ValueError("workers > 1: each worker builds the task's expert; pass no policy (or use one worker)")
     task = make(config.task)
+    count = episode_count(config, task)
     report = CollectReport()
     wall0 = time.perf_counter()
-    if config.workers > 1 and config.episodes > 1:
-        _collect_parallel(config, report)
+    if config.workers > 1 and count > 1:
+        _collect_parallel(config, report, count)
     else:
         policy = make_expert(task, config) if policy is None else policy
         with _recording(config, task, policy, config.out) as collector:
             first = collector.recorder.writer.next_index
-            bar = tqdm(range(first, first + config.episodes), desc="collect", unit="episode",
+            bar = tqdm(range(first, first + count), desc="collect", unit="episode",
                        disable=not config.progress)  # fmt: skip
             for index in bar:
-                result = collector.run(index)
+                result = collector.run(index, index - first)
                 report.add(result)
                 bar.set_postfix(success=f"{report.successes}/{report.added}")
                 _log_episode(index, result)
@@ -346,8 +366,26 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
     return report
 
 
-def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
-    """`config.episodes` expert episodes in `config.workers` processes (`realissim.util.workers.WorkerPool`), each with
+def load_starts(path: Path, task: Task) -> StartSetFile:
+    """The start-set file `path` for `task` (`tasks.read_start_file`; SpecError naming the file and field)."""
+    from realissim.tasks import read_start_file
+
+    return read_start_file(path, task)
+
+
+def episode_count(config: CollectConfig, task: Task) -> int:
+    """Episodes the run adds: `config.episodes`, or 10, or with a start-set file one per start (ValueError if
+    `episodes` asks for more than it holds)."""
+    if config.starts is None:
+        return 10 if config.episodes is None else config.episodes
+    held = len(load_starts(config.starts, task).starts)
+    if config.episodes is not None and config.episodes > held:
+        raise ValueError(f"episodes: {config.episodes} asked, but the start set {config.starts} holds {held} starts")
+    return held if config.episodes is None else config.episodes
+
+
+def _collect_parallel(config: CollectConfig, report: CollectReport, episodes: int) -> None:
+    """`episodes` expert episodes in `config.workers` processes (`realissim.util.workers.WorkerPool`), each with
     its own world (online: its own surrogate, same seed) and its own part dataset beside `config.out`; every
     finished episode is moved into `config.out` (`DatasetWriter.move_in`) in the order of its index, so the
     dataset is what one process would have collected, up to the twin's appearance calibration, which an online
@@ -365,7 +403,7 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
         from realissim.real.surrogate import load_gap
 
         load_gap(config.gap)  # fail here, naming the field, rather than in a worker
-    count = min(config.workers, config.episodes)
+    count = min(config.workers, episodes)
     tag = uuid.uuid4().hex[:8]
     parts = [config.out.parent / f".{config.out.name}.part-{tag}-{w}" for w in range(count)]
     pool = WorkerPool(_collect_worker, (config, parts), count, "collect")
@@ -373,7 +411,7 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
     done: dict[int, tuple[Path, int]] = {}
     waiting: set[int] = set()
     failure: str | None = None
-    bar = tqdm(total=config.episodes, desc="collect", unit="episode", disable=not config.progress)
+    bar = tqdm(total=episodes, desc="collect", unit="episode", disable=not config.progress)
     with terminate_raises():  # SIGTERM unwinds like Ctrl-C: the finished episodes are kept, the workers end
         try:
             pool.start()
@@ -389,8 +427,9 @@ def _collect_parallel(config: CollectConfig, report: CollectReport) -> None:
                 if kind == "meta":
                     if writer is None:  # the first worker's world describes the dataset: open it, hand out the work
                         writer = DatasetWriter(config.out, payload)
-                        waiting = set(range(writer.next_index, writer.next_index + config.episodes))
-                        pool.put(sorted(waiting))
+                        first = writer.next_index
+                        waiting = set(range(first, first + episodes))
+                        pool.put([(index, index - first) for index in sorted(waiting)])  # (its place in the run)
                         pool.close_inbox()
                 else:
                     index, part_index, result = payload
@@ -432,14 +471,15 @@ def _collect_worker(number: int, config: CollectConfig, parts: list[Path], inbox
     from realissim.util.workers import Send, serve
 
     @contextlib.contextmanager
-    def session(send: Send) -> Iterator[Callable[[int], None]]:
+    def session(send: Send) -> Iterator[Callable[[tuple[int, int]], None]]:
         from realissim.tasks import make
 
         task = make(config.task)
         with _recording(config, task, make_expert(task, config), parts[number], lambda m: send("meta", m)) as rec:
 
-            def record(index: int) -> None:
-                result = rec.run(index)
+            def record(item: tuple[int, int]) -> None:
+                index, position = item
+                result = rec.run(index, position)
                 assert rec.recorder.last is not None
                 send("done", (index, rec.recorder.last.index, result))
 

@@ -101,7 +101,8 @@ class Offline:
     target: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINT")]
     """A checkpoint (a run's last.pt or checkpoints/step_*.pt)."""
     starts: str | None = None
-    """The start set ("<task>/<version>"; None: the task's test set, e.g. pusht/eval-v1)."""
+    """The start set: a shipped one ("<task>/<version>"; None: the task's test set, e.g. pusht/eval-v1) or a start-set
+    file in the shipped format (a miner's or your own, e.g. mined.json)."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -130,7 +131,7 @@ class Offline:
 
         a = self.acting
         name = self.starts or make(a.task).start_set_name("test")
-        starts = start_set(name)[: self.limit]
+        starts = start_set(name, a.task)[: self.limit]
         factory = CheckpointPolicy(str(self.target), a.steps, a.seed, a.threads, a.kind)
         policy = factory.load()
         if policy.needs.real_images:
@@ -165,7 +166,8 @@ class Online:
     target: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="CHECKPOINT")]
     """A checkpoint (a run's last.pt or checkpoints/step_*.pt)."""
     starts: str | None = None
-    """The start set ("<task>/<version>"; None: the task's online set, e.g. pusht/online-v1)."""
+    """The start set: a shipped one ("<task>/<version>"; None: the task's online set, e.g. pusht/online-v1) or a
+    start-set file in the shipped format."""
     limit: int | None = None
     """Only its first N starts."""
     workers: int = 1
@@ -202,7 +204,7 @@ class Online:
 
         a, w = self.acting, self.loop
         name = self.starts or make(a.task).start_set_name("online")
-        starts = start_set(name)[: self.limit]
+        starts = start_set(name, a.task)[: self.limit]
         factory = CheckpointPolicy(str(self.target), a.steps, a.seed, a.threads, a.kind)
         policy = factory.load()
         task = make(name.partition("/")[0])
@@ -245,7 +247,8 @@ class Sweep:
     target: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="RUN")]
     """A training run's folder (its checkpoints/step_*.pt)."""
     starts: str | None = None
-    """The offline start set (None: the task's selection set, e.g. pusht/select-v1, disjoint from its test set)."""
+    """The offline start set, shipped or a start-set file (None: the task's selection set, e.g. pusht/select-v1,
+    disjoint from its test set)."""
     limit: int | None = None
     """Only its first N starts."""
     envs: int = 20
@@ -261,7 +264,7 @@ class Sweep:
     online: bool = False
     """Also evaluate every checkpoint online (--online-starts × --trials; --gap, --realtime apply) and compare."""
     online_starts: str | None = None
-    """The online start set (None: the task's online set)."""
+    """The online start set, shipped or a start-set file (None: the task's online set)."""
     online_limit: int | None = None
     """Only its first N starts."""
     online_workers: int = 1

@@ -310,6 +310,10 @@ DISTURBANCES_KEY = "disturbances"
 DYNAMICS_KEY = "dynamics"
 """Key of an episode's `extra` holding each randomised object's drawn dynamics (`twin.randomize.ObjectDraw`
 as a dict, by object name) when the collector randomised them."""
+START_SET_KEY = "start_set"
+"""Key of an episode's `extra` naming the start-set file it started from (`CollectConfig.starts`: targeted
+collection): {"file": path, "version": the set's version (a mined set: its mining run), "seed": its header's seed,
+"index": the start's place in the file}."""
 
 
 @dataclass(frozen=True)

@@ -94,15 +94,15 @@ def sweep_offline(
     it). With `ray_address` ("local", "auto", "ray://host:port"), every (checkpoint, batch) pair not yet
     evaluated runs as one Ray task (`eval.distributed`), with the same per-episode results as locally. The
     checkpoints are read by the policy loader of `kind` (`policy.factory`)."""
-    from realissim.tasks import make, start_set
+    from realissim.tasks import make, start_set, start_set_label, start_set_task
 
     checkpoints = run_checkpoints(run)
     starts = start_set(settings.starts)[: settings.limit]
-    task_name = settings.starts.partition("/")[0]
+    task_name = start_set_task(settings.starts)
     task = make(task_name)
     if settings.max_seconds is None:  # (resolved before it keys the results: as written before it could be None)
         settings = replace(settings, max_seconds=task.max_seconds)
-    out = Path(out) if out is not None else Path(run) / "sweep" / settings.starts.replace("/", "_")
+    out = Path(out) if out is not None else Path(run) / "sweep" / start_set_label(settings.starts)
     key = asdict(settings)
 
     def done(step: int) -> dict | None:
@@ -249,14 +249,14 @@ def sweep_online(
     each with its own surrogate; checkpoints read by the loader of `kind`."""
     from realissim.eval.online import evaluate_online, online_env_config, write_online_report
     from realissim.real.surrogate import SurrogateConfig
-    from realissim.tasks import make, start_set
+    from realissim.tasks import make, start_set, start_set_label, start_set_task
 
     checkpoints = run_checkpoints(run)
     starts = start_set(settings.starts)[: settings.limit]
-    task = make(settings.starts.partition("/")[0])
+    task = make(start_set_task(settings.starts))
     if settings.max_seconds is None:  # (resolved before it keys the results)
         settings = replace(settings, max_seconds=task.max_seconds)
-    out = Path(out) if out is not None else Path(run) / "sweep" / ("online_" + settings.starts.replace("/", "_"))
+    out = Path(out) if out is not None else Path(run) / "sweep" / ("online_" + start_set_label(settings.starts))
     key = asdict(settings)
     world = SurrogateConfig(gap=Path(settings.gap) if settings.gap else None, seed=settings.seed,
                             camera_size=CAMERA_SIZE, mode="realtime" if settings.realtime else "lockstep")  # fmt: skip

@@ -13,7 +13,7 @@ import functools
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -192,6 +192,45 @@ def write_start_set(task: Task[Any], version: str, directory: Path = DATA_DIR, p
     starts = generate_start_set(task, spec.count, spec.seed, progress)
     path = start_set_path(task.name, version, directory)
     save_json(StartSetFile(task.name, version, spec.seed, spec.count, starts), path)
+    return path
+
+
+def read_start_file(path: Path, task: Task[Any]) -> StartSetFile:
+    """A start-set file in the shipped format (`StartSetFile`: a header of task, version, seed and count, then the
+    starts), as a failure miner or a user writes it, checked: the header's task is `task`'s, its count the number of
+    starts (at least one), and every start fits `task`'s scene. The header's version and seed are the writer's to
+    choose (a mined set names its mining run there). Raises SpecError naming the file and the field."""
+    data = load_json(StartSetFile, path, what="start set")
+    try:
+        if data.task != task.name:
+            raise SpecError("task", f"the start set is for task {data.task!r}, not {task.name!r}")
+        if len(data.starts) != data.count:
+            raise SpecError("starts", f"header says {data.count} starts, the file holds {len(data.starts)}")
+        if not data.starts:
+            raise SpecError("starts", "a start set needs at least one start")
+        for i, start in enumerate(data.starts):
+            try:
+                start.check(task.scene)
+            except SpecError as err:
+                raise err.under(f"starts[{i}]") from None
+    except SpecError as err:
+        raise SpecError(err.field, f"{err.reason} (in {path})") from None
+    return data
+
+
+def write_start_file(path: Path, task: Task[Any], version: str, starts: Sequence[StartState], seed: int = 0) -> Path:
+    """Write `starts` (each checked against `task`'s scene) as a start-set file in the shipped format, atomically;
+    `version` names the set (e.g. the mining run it came from), `seed` what drew it (0 when nothing did)."""
+    starts = tuple(starts)
+    if not starts:
+        raise ValueError("write_start_file: no starts to write")
+    for i, start in enumerate(starts):
+        try:
+            start.check(task.scene)
+        except SpecError as err:
+            raise err.under(f"starts[{i}]") from None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_json(StartSetFile(task.name, version, seed, len(starts), starts), path)
     return path
 
 
