@@ -204,15 +204,9 @@ def read_start_file(path: Path, task: Task[Any]) -> StartSetFile:
     try:
         if data.task != task.name:
             raise SpecError("task", f"the start set is for task {data.task!r}, not {task.name!r}")
-        if len(data.starts) != data.count:
-            raise SpecError("starts", f"header says {data.count} starts, the file holds {len(data.starts)}")
         if not data.starts:
             raise SpecError("starts", "a start set needs at least one start")
-        for i, start in enumerate(data.starts):
-            try:
-                start.check(task.scene)
-            except SpecError as err:
-                raise err.under(f"starts[{i}]") from None
+        _check_starts(data, task)
     except SpecError as err:
         raise SpecError(err.field, f"{err.reason} (in {path})") from None
     return data
@@ -224,14 +218,23 @@ def write_start_file(path: Path, task: Task[Any], version: str, starts: Sequence
     starts = tuple(starts)
     if not starts:
         raise ValueError("write_start_file: no starts to write")
-    for i, start in enumerate(starts):
+    data = StartSetFile(task.name, version, seed, len(starts), starts)
+    _check_starts(data, task)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_json(data, path)
+    return path
+
+
+def _check_starts(data: StartSetFile, task: Task[Any]) -> None:
+    """SpecError unless `data`'s count is its number of starts and every start fits `task`'s scene (the field
+    named "starts[i]…")."""
+    if len(data.starts) != data.count:
+        raise SpecError("starts", f"header says {data.count} starts, the file holds {len(data.starts)}")
+    for i, start in enumerate(data.starts):
         try:
             start.check(task.scene)
         except SpecError as err:
             raise err.under(f"starts[{i}]") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_json(StartSetFile(task.name, version, seed, len(starts), starts), path)
-    return path
 
 
 def load_start_set(path: Path, task: Task[Any], version: str, spec: StartSetSpec) -> tuple[StartState, ...]:
@@ -245,13 +248,7 @@ def load_start_set(path: Path, task: Task[Any], version: str, spec: StartSetSpec
         for key, value in expected.items():
             if getattr(data, key) != value:
                 raise SpecError(key, f"expected {value!r}, got {getattr(data, key)!r}")
-        if len(data.starts) != data.count:
-            raise SpecError("starts", f"header says {data.count} starts, the file holds {len(data.starts)}")
-        for i, start in enumerate(data.starts):
-            try:
-                start.check(task.scene)
-            except SpecError as err:
-                raise err.under(f"starts[{i}]") from None
+        _check_starts(data, task)
     except SpecError as err:
         raise SpecError(err.field, f"{err.reason} (in {path})") from None
     return data.starts
