@@ -535,3 +535,19 @@ def test_ray_and_local_runs_agree_episode_by_episode(trained: TrainResult, task:
     column = a[0].split(",").index("wall_s")
     drop = lambda line: [v for i, v in enumerate(line.split(",")) if i not in (column, column + 1)]  # noqa: E731
     assert [drop(x) for x in a] == [drop(x) for x in b]
+
+
+def test_eval_offline_runs_on_a_start_set_file(trained: TrainResult, task: Task, tmp_path: Path, capsys) -> None:
+    """`realissim eval offline CKPT --starts FILE`: the starts of a start-set file (a miner's or a user's), its
+    report naming the file; a set of another task is refused."""
+    from realissim.cli import main
+    from realissim.tasks import write_start_file
+
+    starts = write_start_file(tmp_path / "mine.json", task, "mine-1", task.start_set("select-v1")[:2])
+    out = tmp_path / "report"
+    args = ["eval", "offline", str(trained.checkpoint), "--starts", str(starts), "--envs", "2", "--max-seconds", "0.5"]
+    assert main([*args, "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["episodes"] == 2 and results["starts"] == str(starts), results
+    assert str(starts) in capsys.readouterr().out
+    assert main([*args, "--task", "cube"]) != 0

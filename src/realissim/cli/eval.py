@@ -136,7 +136,7 @@ class Offline:
         policy = factory.load()
         if policy.needs.real_images:
             raise ValueError("a policy trained on real camera frames runs online only: realissim eval online")
-        task = make(name.partition("/")[0])
+        task = make(a.task)  # (`start_set` checked that the set is this task's)
         max_seconds = a.limit(task)
         policy.check_scene(task.scene)
         config = EnvConfig(replan_every=a.replan_every, sleep=self.sleep).observing(policy.needs)
@@ -207,7 +207,7 @@ class Online:
         starts = start_set(name, a.task)[: self.limit]
         factory = CheckpointPolicy(str(self.target), a.steps, a.seed, a.threads, a.kind)
         policy = factory.load()
-        task = make(name.partition("/")[0])
+        task = make(a.task)  # (`start_set` checked that the set is this task's)
         max_seconds = a.limit(task)
         policy.check_scene(task.scene)
         env = online_env_config(w.correct_every, a.replan_every, w.calibrate_at, self.max_held_s,
