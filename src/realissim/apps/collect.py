@@ -258,12 +258,14 @@ class _Collector:
         self.recorder = EpisodeRecorder(writer, record_images=config.record_images)
         self.randomizer = _Randomizer(config, env, policy) if config.randomize else None
         extras: list[Callable[[], dict[str, object]]] = [] if self.randomizer is None else [self.randomizer.extra]
-        self.starts = None if config.starts is None else load_starts(config.starts, env.task)
+        self.starts: StartSetFile | None = None
         self._position = 0
-        if self.starts is not None:
+        if config.starts is not None:
             from realissim.data.schema import START_SET_KEY
+            from realissim.tasks import read_start_file
 
-            header, file = self.starts, str(config.starts)
+            self.starts = header = read_start_file(config.starts, env.task)
+            file = str(config.starts)
             extras.append(lambda: {START_SET_KEY: {"file": file, "version": header.version, "seed": header.seed,
                                                    "index": self._position}})  # fmt: skip
         self.disturber = None
@@ -366,19 +368,14 @@ def collect(config: CollectConfig, policy: Policy | None = None) -> CollectRepor
     return report
 
 
-def load_starts(path: Path, task: Task) -> StartSetFile:
-    """The start-set file `path` for `task` (`tasks.read_start_file`; SpecError naming the file and field)."""
-    from realissim.tasks import read_start_file
-
-    return read_start_file(path, task)
-
-
 def episode_count(config: CollectConfig, task: Task) -> int:
     """Episodes the run adds: `config.episodes`, or 10, or with a start-set file one per start (ValueError if
     `episodes` asks for more than it holds)."""
+    from realissim.tasks import read_start_file
+
     if config.starts is None:
         return 10 if config.episodes is None else config.episodes
-    held = len(load_starts(config.starts, task).starts)
+    held = read_start_file(config.starts, task).count
     if config.episodes is not None and config.episodes > held:
         raise ValueError(f"episodes: {config.episodes} asked, but the start set {config.starts} holds {held} starts")
     return held if config.episodes is None else config.episodes

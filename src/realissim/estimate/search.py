@@ -212,10 +212,7 @@ class ObjectSearch:
         body = int(self.sighting.object_bodies[obj])
         if not seen.seen:
             log.info("search: object %d not seen (pixels per camera %s)", obj, seen.pixels.tolist())
-            nan = math.nan
-            return SearchResult(
-                False, xpos[body].copy(), xquat[body].copy(), nan, nan, nan, nan, time.perf_counter() - start, 0, seen
-            )
+            return _not_seen(xpos[body], xquat[body], start, seen)
         scorer = _Scorer(self, xpos, xquat, images, obj, seen)
         best = self._optimise(scorer, seen)
         score = scorer(best)
@@ -257,10 +254,7 @@ class ObjectSearch:
         seen = self.sighting(xpos, xquat, images)[obj]
         body = int(self.sighting.object_bodies[obj])
         if not seen.seen:
-            nan = math.nan
-            return SearchResult(
-                False, xpos[body].copy(), xquat[body].copy(), nan, nan, nan, nan, time.perf_counter() - start, 0, seen
-            )
+            return _not_seen(xpos[body], xquat[body], start, seen)
         scorer = _Scorer(self, xpos, xquat, images, obj, seen)
         p = (float(xpos[body, 0]), float(xpos[body, 1]), float(quat_yaw(xquat[body])))
         current = scorer.score(scorer.at_body_pose(xpos[body], xquat[body]))
@@ -499,6 +493,13 @@ class _Scorer:
         if self.config.compare == "intensity":
             return rgb
         return rgb / (rgb.sum(axis=-1, keepdims=True) + self.config.chroma_floor)
+
+
+def _not_seen(pos: np.ndarray, quat: np.ndarray, start: float, seen: ObjectSighting) -> SearchResult:
+    """The result of a search whose object was not seen: not found, at the twin's pose (3,), (4,) m, wxyz; timed
+    from `start` (`time.perf_counter()`)."""
+    nan = math.nan
+    return SearchResult(False, pos.copy(), quat.copy(), nan, nan, nan, nan, time.perf_counter() - start, 0, seen)
 
 
 def _search_window(

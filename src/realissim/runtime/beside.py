@@ -102,12 +102,12 @@ class CorrectionThread(WorkerThread):
                 self._busy = False
             return outcome
 
-    def wait(self, timeout: float | None = None, block: bool = True) -> CorrectionOutcome | None:
+    def wait(self, timeout: float | None = None, timeout_raises: bool = True) -> CorrectionOutcome | None:
         """Block until the pending job (if any) is done; its outcome (collected), or None if there was none. After
-        `timeout` s: TimeoutError, or with `block=False` None (the job still pending)."""
+        `timeout` s: TimeoutError, or with `timeout_raises=False` None (the job still pending)."""
         with self._cond:
             if not self._cond.wait_for(lambda: not self._busy or self._outcome is not None or self._error, timeout):
-                if not block:
+                if not timeout_raises:
                     return None
                 raise TimeoutError(f"the correction thread did not finish its job within {timeout} s")
             self._raise()

@@ -345,7 +345,7 @@ class Runtime:
             if beside is None or not beside.busy or self._between[0] is not None:
                 time.sleep(left)
                 return
-            outcome = beside.wait(left, block=False)
+            outcome = beside.wait(left, timeout_raises=False)
             if outcome is None:
                 return  # (`until` came first)
             self._collect(outcome)

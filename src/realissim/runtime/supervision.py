@@ -248,7 +248,7 @@ class Supervisor:
             if self.config.alarm_check_near is not None:  # clearly found where the twin has it: no global search
                 near = self.search.search_near(self.twin, q_real, images, k)
                 explained = 1.0 - near.score / near.empty_score if near.found and near.empty_score > 0 else 0.0
-                if explained < self.config.alarm_check_near or self._far(near, state, k):
+                if explained < self.config.alarm_check_near or self._far(*self._offset(near, state, k)):
                     near = None  # the global search decides (and, if the alarm stands, places from its pose)
             results.append(near if near is not None else self.search.search(self.twin, q_real, images, k))
         self._checked = (results, time.perf_counter() - t0)
@@ -261,7 +261,7 @@ class Supervisor:
                 confirmed = True
                 continue
             off, turn = self._offset(found, state, k)
-            far = self._far(found, state, k)
+            far = self._far(off, turn)
             log.info("alarm check at frame %d: object %d found %.1f mm, %.1f° from the twin's: %s", self._frame, k,
                      1e3 * off, math.degrees(turn), "the alarm stands" if far else "no alarm")  # fmt: skip
             confirmed |= far
@@ -274,10 +274,9 @@ class Supervisor:
         turn = abs(math.remainder(found.yaw - float(quat_yaw(state.object_quat[k])), 2.0 * math.pi))
         return off, turn
 
-    def _far(self, found: SearchResult, state: TwinState, k: int) -> bool:
-        """Whether the found pose of object `k` is beyond the alarm check's distance or yaw from the twin's."""
+    def _far(self, off: float, turn: float) -> bool:
+        """Whether a found pose `off` m and `turn` rad from the twin's (`_offset`) is beyond the alarm check's."""
         assert self.config.alarm_check is not None
-        off, turn = self._offset(found, state, k)
         return off > self.config.alarm_check or turn > self.config.alarm_check_yaw
 
 
