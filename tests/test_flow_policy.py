@@ -384,7 +384,7 @@ def test_resuming_continues_the_same_curve(demo: Path, tmp_path: Path) -> None:
 def test_a_dataset_without_successful_episodes_is_refused(task: Task, tmp_path: Path) -> None:
     path = tmp_path / "failed"
     record(task, path, PushTExpert(task.scene), 0.5)  # far too short: stored, marked failed
-    with pytest.raises(DatasetError, match=r"failed.*no successful episodes"):
+    with pytest.raises(DatasetError, match=r"failed.*no successful or relabelled episodes"):
         train(small_config(model=SMALL), path, tmp_path / "run")
 
 

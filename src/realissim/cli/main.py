@@ -21,6 +21,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "export": ("realissim.cli.export", "Export"),
     "teleop": ("realissim.cli.teleop", "Teleop"),
     "train": ("realissim.cli.train", "Train"),
+    "mine": ("realissim.cli.mine", "Mine"),
+    "dagger": ("realissim.cli.dagger", "Dagger"),
     "policy": ("realissim.cli.policy", "PolicyInfo"),
     "eval": ("realissim.cli.eval", "Eval"),
     "report": ("realissim.cli.report", "Report"),

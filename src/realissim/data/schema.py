@@ -37,14 +37,15 @@ class DatasetError(Exception):
 @dataclass(frozen=True)
 class Field:
     """One per-frame array: its shape after the frame axis ("K": objects, "J": joints), stored dtype, unit,
-    dimension names, and when it is present ("always", "online", "oracle": online with an oracle)."""
+    dimension names, and when it is present ("always", "online", "oracle": online with an oracle, "labelled": in an
+    episode an expert relabelled, `RELABEL_KEY`; "M" is then the label chunk's waypoints)."""
 
     name: str
     tail: tuple[str | int, ...]
     dtype: str
     unit: str
     dims: tuple[str, ...]
-    kind: Literal["always", "online", "oracle"] = "always"
+    kind: Literal["always", "online", "oracle", "labelled"] = "always"
     stored: str | None = None
     """The array's name in the store when it differs from `name` (kept for the datasets already written)."""
 
@@ -76,6 +77,8 @@ FIELDS: tuple[Field, ...] = (
     Field("desynced", (), "bool", "", ("frame",), "online"),
     Field("oracle_object_pos", ("K", 3), "float64", "m", ("frame", "object", "xyz"), "oracle"),
     Field("oracle_object_quat", ("K", 4), "float64", "wxyz", ("frame", "object", "wxyz"), "oracle"),
+    Field("label_mask", (), "bool", "", ("frame",), "labelled"),
+    Field("label_q", ("M", "J"), "float32", "rad", ("frame", "waypoint", "joint"), "labelled"),
 )
 """Every per-frame field of `EpisodeData`, in its order (SI units, world frame)."""
 
@@ -239,6 +242,11 @@ class EpisodeData:
     """Online with an oracle: (T, K, 3) m, true object positions (EVALUATION ONLY)."""
     oracle_object_quat: np.ndarray | None = None
     """Online with an oracle: (T, K, 4) true object orientations (EVALUATION ONLY)."""
+    label_mask: np.ndarray | None = None
+    """Relabelled episodes (`RELABEL_KEY`): (T,) bool, the frames an expert labelled."""
+    label_q: np.ndarray | None = None
+    """Relabelled episodes: (T, M, J) float32 rad, the expert's chunk at each labelled frame — the joints q′ it
+    commands at time[k] + (i + 1)·H/M (H and M in the episode's `extra[RELABEL_KEY]`); zeros where not labelled."""
     images: dict[str, np.ndarray] = field(default_factory=dict)
     """Camera name → (T, H, W, 3) uint8 real frames (the dataset's cameras, or none)."""
 
@@ -254,20 +262,26 @@ def check_episode(episode: EpisodeData, meta: DatasetMeta) -> dict[str, np.ndarr
         raise ValueError(f"EpisodeData.time: must have shape (T,) with T ≥ 1, got {t.shape}")
     sizes = {"K": len(meta.object_names), "J": len(meta.joint_names)}
     out = {}
+    if episode.label_q is not None:
+        label = np.asarray(episode.label_q)
+        if label.ndim != 3 or label.shape[1] < 1:
+            raise ValueError(f"EpisodeData.label_q: expected shape (T, M, J) with M ≥ 1, got {label.shape}")
+        sizes["M"] = label.shape[1]
     for f in FIELDS:
         value = getattr(episode, f.name)
         if value is None:
             if f.kind == "always" or (f.kind == "online" and meta.online):
                 raise ValueError(f"EpisodeData.{f.name}: missing")
             continue
-        if not meta.online and f.kind != "always":
+        if not meta.online and f.kind in ("online", "oracle"):
             raise ValueError(f"EpisodeData.{f.name}: must be None in an offline dataset")
         out[f.name] = _checked(f, np.asarray(value), (len(t), *(sizes.get(d, d) for d in f.tail)))
-    oracle = [f.name for f in FIELDS if f.kind == "oracle"]
-    given = [name for name in oracle if name in out]
-    if 0 < len(given) < len(oracle):
-        absent = next(name for name in oracle if name not in out)
-        raise ValueError(f"EpisodeData.{absent}: missing while {given[0]} is given (the oracle fields go together)")
+    for kind, what in (("oracle", "the oracle fields"), ("labelled", "an expert's labels")):
+        group = [f.name for f in FIELDS if f.kind == kind]
+        given = [name for name in group if name in out]
+        if 0 < len(given) < len(group):
+            absent = next(name for name in group if name not in out)
+            raise ValueError(f"EpisodeData.{absent}: missing while {given[0]} is given ({what} go together)")
     if np.any(np.diff(out["time"]) <= 0):
         raise ValueError("EpisodeData.time: must be strictly increasing")
     if not np.allclose(out["progress"], progress_label(len(t)), rtol=0, atol=1e-6):
@@ -314,6 +328,11 @@ START_SET_KEY = "start_set"
 """Key of an episode's `extra` naming the start-set file it started from (`CollectConfig.starts`: targeted
 collection): {"file": path, "version": the set's version (a mined set: its mining run), "seed": its header's seed,
 "index": the start's place in the file}."""
+RELABEL_KEY = "relabel"
+"""Key of an episode's `extra` marking it relabelled (`apps.dagger`: a policy's rollout whose frames an expert
+labelled, `EpisodeData.label_q` / `label_mask`): {"horizon": H s, "waypoints": M of the label chunks, "round": the
+DAgger round, "policy": the checkpoint that acted, "expert": who labelled}. Such an episode trains on its labelled
+frames whether or not the rollout succeeded (`learn.dataset.training_episodes`)."""
 
 
 @dataclass(frozen=True)

@@ -214,16 +214,28 @@ class PushTExpert:
         self._plan, self._plan_progress = None, None
 
     def act(self, observation: Observation) -> ActionChunk:
-        cfg = self.config
-        t = float(observation.time)
-        step = cfg.horizon / cfg.waypoints
-        if self._plan is not None:
-            k0 = round((t - self._t0) / step)
-            if k0 < len(self._plan) - 1 and self._on_plan(observation.q, k0):
-                return self._chunk(k0)
+        k0 = self._plan_index(observation)
+        if k0 is not None:
+            return self._chunk(k0)
         self._plan, self._plan_progress = self._decide(observation)
-        self._t0 = t
+        self._t0 = float(observation.time)
         return self._chunk(0)
+
+    def keeps_plan(self, observation: Observation) -> bool:
+        """Whether `act(observation)` would go on with the current plan (cheap: forward kinematics) rather than
+        decide afresh (a push search, ~2 s on one core): a plan exists, is not used up, and the arm is within
+        `replan_deviation` of where it has the arm now. Expert relabelling (`apps.dagger`) labels a policy's
+        frames this way while the arm follows the plan, and decides again only now and then."""
+        return self._plan_index(observation) is not None
+
+    def _plan_index(self, observation: Observation) -> int | None:
+        """The plan's waypoint index at the observation's time, while the plan holds (see `keeps_plan`)."""
+        if self._plan is None:
+            return None
+        k0 = round((float(observation.time) - self._t0) / (self.config.horizon / self.config.waypoints))
+        if k0 < len(self._plan) - 1 and self._on_plan(observation.q, k0):
+            return k0
+        return None
 
     def _on_plan(self, q: ArrayLike, k0: int) -> bool:
         """Whether the arm's tip is within `replan_deviation` of where the plan has it now (it is not when the

@@ -233,6 +233,10 @@ class TrainConfig:
     and goals equal), its normalisers with it; the image encoder and pose head still learn from this dataset. So
     an image arm whose own demonstrations are too few to train a state policy on (the `real` representation's
     online demonstrations with the real cameras' frames) acts with the same policy as the arms it is compared with."""
+    init_from: str | None = None
+    """Start from this checkpoint's weights (its EMA, normalisers included) instead of fresh ones: a policy of the
+    same model config trained before, e.g. the previous round's in expert relabelling (`apps.dagger`), fine-tuned
+    here on this run's data with this run's schedule. CheckpointError if its model config differs."""
     seed: int = 0
     """Seed of the initial weights, the validation split, the batch sampler and the flow noise."""
     threads: int = 1

@@ -29,14 +29,24 @@ def sample_time(n: int, config: FlowConfig, generator: torch.Generator | None = 
 
 
 def flow_loss(
-    velocity: VelocityField, actions: Tensor, cond: Tensor, config: FlowConfig, generator: torch.Generator | None = None
+    velocity: VelocityField,
+    actions: Tensor,
+    cond: Tensor,
+    config: FlowConfig,
+    generator: torch.Generator | None = None,
+    weight: Tensor | None = None,
 ) -> Tensor:
-    """Mean squared error of v(x_t, t | cond) against u = ε − a for chunks `actions` (B, m, A); scalar."""
+    """Mean squared error of v(x_t, t | cond) against u = ε − a for chunks `actions` (B, m, A); scalar. With
+    `weight` (broadcastable to (B, m, A), ≥ 0), the weighted mean: an element of weight 0 carries no loss."""
     t = sample_time(actions.shape[0], config, generator).to(actions.dtype)
     noise = torch.randn(actions.shape, generator=generator, dtype=actions.dtype)
     tt = t[:, None, None]
     x_t = tt * noise + (1.0 - tt) * actions
-    return torch.mean((velocity(x_t, t, cond) - (noise - actions)) ** 2)
+    error = (velocity(x_t, t, cond) - (noise - actions)) ** 2
+    if weight is None:
+        return torch.mean(error)
+    weight = weight.expand_as(error)
+    return torch.sum(error * weight) / torch.clamp(torch.sum(weight), min=1e-12)
 
 
 def euler_times(steps: int) -> Tensor:

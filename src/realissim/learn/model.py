@@ -174,12 +174,15 @@ class FlowPolicyModel(nn.Module):
         actions: Tensor,
         reference: Tensor,
         generator: torch.Generator | None = None,
+        progress_weight: Tensor | None = None,
     ) -> dict[str, Tensor]:
         """The scalar loss terms of chunks (B, m, A) in data units given raw inputs (B, ...) and the reference
         q′ (B, J) the twin held when each chunk was asked for: "flow" (flow matching) and, with `aux_object`,
         "object" (mean squared error of the predicted normalised object pose; needs inputs["object"]).
         `via_pose`: in training mode the velocity network is conditioned on the recorded pose and the head
-        learns from the pose loss alone; in eval mode (validation) on the head's estimate."""
+        learns from the pose loss alone; in eval mode (validation) on the head's estimate. `progress_weight` (B,)
+        weighs each chunk's progress column in the flow loss (0: its progress is unknown, an expert's relabelled
+        frame; None: all 1)."""
         target = self.action_norm.normalize(self.to_generated(actions, reference))
         noise = self.config.input_noise if self.training else 0.0
         if self.aux_head is not None and "object" not in inputs:
@@ -191,7 +194,11 @@ class FlowPolicyModel(nn.Module):
         else:
             cond = self.condition(inputs, noise, generator)
             head = self.aux_head(cond) if self.aux_head is not None else None
-        terms = {"flow": flow_loss(self.velocity, target, cond, self.config.flow, generator)}
+        weight = None
+        if progress_weight is not None:  # (B, 1, A): the joints' columns 1, the progress column the sample's weight
+            weight = torch.ones((target.shape[0], 1, target.shape[2]), dtype=target.dtype)
+            weight[:, 0, -1] = progress_weight.to(target.dtype)
+        terms = {"flow": flow_loss(self.velocity, target, cond, self.config.flow, generator, weight)}
         if head is not None:
             terms["object"] = self._pose_error(head, inputs)
         return terms
@@ -202,13 +209,15 @@ class FlowPolicyModel(nn.Module):
         actions: Tensor,
         reference: Tensor,
         generator: torch.Generator | None = None,
+        progress_weight: Tensor | None = None,
     ) -> Tensor:
         """The training loss (scalar): the flow-matching loss plus `aux_object` × the object-pose loss (see
-        `loss_terms`); with the policy frozen (`freeze_policy`), in training mode, the pose term alone."""
+        `loss_terms`, and there `progress_weight`); with the policy frozen (`freeze_policy`), in training mode, the
+        pose term alone."""
         if self.policy_frozen and self.training:
             head = self._pose_head(inputs, self.config.input_noise, generator)
             return self.config.aux_object * self._pose_error(head, inputs)
-        terms = self.loss_terms(inputs, actions, reference, generator)
+        terms = self.loss_terms(inputs, actions, reference, generator, progress_weight)
         total = terms["flow"]
         if "object" in terms:
             total = total + self.config.aux_object * terms["object"]

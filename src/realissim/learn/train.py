@@ -31,7 +31,14 @@ from realissim.data.reader import Dataset
 from realissim.data.schema import EpisodeInfo, code_version
 from realissim.learn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from realissim.learn.config import LEGACY_MODEL_FIELDS, TrainConfig
-from realissim.learn.dataset import ChunkSamples, build_samples, fingerprint, open_training_data, split_episodes
+from realissim.learn.dataset import (
+    ChunkSamples,
+    build_samples,
+    fingerprint,
+    open_training_data,
+    split_episodes,
+    training_episodes,
+)
 from realissim.learn.model import FlowPolicyModel, build_model, model_fields_in_use
 from realissim.spec.codec import UNDESCRIBED_OK, first_difference, to_dict
 from realissim.spec.io import scene_to_dict
@@ -77,10 +84,14 @@ def update_ema(ema: FlowPolicyModel, model: FlowPolicyModel, decay: float, step:
         e.copy_(b)
 
 
-def _batch(samples: ChunkSamples, idx: np.ndarray) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-    """Inputs, chunks and reference q′ of the samples `idx`, as tensors."""
+def _batch(
+    samples: ChunkSamples, idx: np.ndarray
+) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Inputs, chunks, reference q′ and progress weights (None when all are 1) of the samples `idx`, as tensors."""
     inputs = {k: torch.from_numpy(np.asarray(v[idx])) for k, v in samples.inputs.items()}
-    return inputs, torch.from_numpy(samples.actions[idx]), torch.from_numpy(samples.reference[idx])
+    weight = samples.progress_weight[idx]
+    progress = None if bool(np.all(weight == 1.0)) else torch.from_numpy(weight)
+    return inputs, torch.from_numpy(samples.actions[idx]), torch.from_numpy(samples.reference[idx]), progress
 
 
 @torch.no_grad()
@@ -92,8 +103,8 @@ def validation_loss(model: FlowPolicyModel, samples: ChunkSamples, config: Train
     generator = torch.Generator().manual_seed(config.seed + 1)
     total = 0.0
     for part in np.array_split(idx, max(1, math.ceil(len(idx) / 256))):
-        inputs, actions, reference = _batch(samples, part)
-        total += float(model.loss_terms(inputs, actions, reference, generator)[term]) * len(part)
+        inputs, actions, reference, progress = _batch(samples, part)
+        total += float(model.loss_terms(inputs, actions, reference, generator, progress)[term]) * len(part)
     return total / len(idx)
 
 
@@ -103,7 +114,7 @@ class _Run:
     def __init__(self, config: TrainConfig, dataset: Dataset) -> None:
         self.config, self.dataset = config, dataset
         m = config.model
-        episodes = dataset.episodes[: config.max_episodes]
+        episodes = training_episodes(dataset)[: config.max_episodes]
         self.train_eps, self.val_eps = split_episodes(episodes, config.val_fraction, config.seed)
         torch.manual_seed(config.seed)
         self.model = build_model(m, dataset.meta.scene)
@@ -117,6 +128,10 @@ class _Run:
         if config.policy_from is not None:
             self.adopted = _adopt_state_policy(self.model, Path(config.policy_from), fingerprint(dataset),
                                                dataset if config.policy_from_any_dataset else None)  # fmt: skip
+        self.initial: dict[str, Any] | None = None
+        """With `init_from`: the checkpoint started from (path, step, training minutes)."""
+        if config.init_from is not None:
+            self.initial = _initialise_from(self.model, Path(config.init_from))
         self.ema = build_model(m, dataset.meta.scene)
         self.ema.load_state_dict(self.model.state_dict())
         self.ema.requires_grad_(False)
@@ -154,7 +169,8 @@ class _Run:
         for group in self.optimizer.param_groups:
             group["lr"] = lr_at(self.config, self.step)
         batch = _batch(self.train, self.sampler.integers(0, len(self.train), self.config.batch_size))
-        loss = self.model.loss(*batch, self.noise)
+        inputs, actions, reference, progress = batch
+        loss = self.model.loss(inputs, actions, reference, self.noise, progress)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
@@ -184,6 +200,7 @@ class _Run:
             "tip_floor": self.tip_floor,
             "tip_speed": self.tip_speed,
             "policy_from": self.adopted,
+            "init_from": self.initial,
             "code_version": code_version(),
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "step": self.step,
@@ -260,6 +277,27 @@ def _adopt_state_policy(
             "fingerprint": fingerprint_}  # fmt: skip
     log.info("adopted the state policy %s (step %s, %.1f min of training), frozen", path, info["step"],
              (info["train_wall_s"] or 0.0) / 60)  # fmt: skip
+    return info
+
+
+def _initialise_from(model: FlowPolicyModel, path: Path) -> dict[str, Any]:
+    """Load checkpoint `path`'s EMA weights (normalisers included) into `model`; CheckpointError naming the problem
+    when its model config differs from `model`'s or its weights do not fit. What was loaded, for the run's meta."""
+    meta, tensors = load_checkpoint(path)
+    try:
+        stored = model_fields_in_use({**LEGACY_MODEL_FIELDS, **meta["config"]["model"]})
+    except (KeyError, TypeError) as err:
+        raise CheckpointError(f"{path}: malformed meta: {err}") from None
+    given = model_fields_in_use(to_dict(model.config))
+    where = first_difference(stored, given, "model", ("init_from", "this run"))
+    if where is not None:
+        raise CheckpointError(f"{path}: init_from differs in {where}")
+    try:
+        model.load_state_dict(tensors["ema"])
+    except (KeyError, RuntimeError) as err:
+        raise CheckpointError(f"{path}: init_from weights do not fit: {err}") from None
+    info = {"path": str(path), "step": meta.get("step"), "train_wall_s": meta.get("train_wall_s")}
+    log.info("starting from %s (step %s, %.1f min of training)", path, info["step"], (info["train_wall_s"] or 0) / 60)
     return info
 
 
