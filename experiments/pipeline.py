@@ -23,6 +23,7 @@ from realissim.data.reader import Dataset
 from realissim.envs import EnvConfig
 from realissim.eval.offline import evaluate_offline, write_report
 from realissim.eval.online import evaluate_online, write_online_report
+from realissim.eval.report import paired_outcomes
 from realissim.eval.stats import rate_text
 from realissim.eval.sweep import SweepSettings, sweep_offline
 from realissim.learn.checkpoint import load_checkpoint
@@ -124,26 +125,6 @@ def test_paired(checkpoint: Path, run: Path, online: dict | None, limit: int | N
         return None, None
     same = test_offline(checkpoint, run / "offline_online_v1", starts="pusht/online-v1", limit=limit)
     return same, paired_outcomes(run / "offline_online_v1" / "episodes.csv", run / "online_v1" / "episodes.csv")
-
-
-def paired_outcomes(offline_csv: Path, online_csv: Path) -> dict:
-    """Offline against online success start by start (trial 0 online, episodes that ended in error left out):
-    counts of both solved, offline only, online only, neither, and the share that agree."""
-    import csv
-
-    with open(offline_csv) as f:
-        offline = [row["success"] == "True" for row in csv.DictReader(f)]
-    with open(online_csv) as f:
-        online = {int(r["start"]): r["success"] == "True" for r in csv.DictReader(f) if r["trial"] == "0"
-                  and not r["error"]}  # fmt: skip
-    pairs = [(offline[i], ok) for i, ok in sorted(online.items()) if i < len(offline)]
-    counts = {
-        "both": sum(a and b for a, b in pairs),
-        "offline_only": sum(a and not b for a, b in pairs),
-        "online_only": sum(b and not a for a, b in pairs),
-        "neither": sum(not (a or b) for a, b in pairs),
-    }
-    return counts | {"starts": len(pairs), "agree": (counts["both"] + counts["neither"]) / len(pairs) if pairs else 0.0}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from realissim.apps.dagger import DaggerConfig, ExpertLabeller, padded_label, run_dagger
 from realissim.apps.mine import Failure, MineConfig, Trajectory, as_start, choose, cluster, find_failures, planar_gap
 from realissim.cli.main import main
 from realissim.data.recorder import EpisodeRecorder, meta_for_env
@@ -24,6 +23,7 @@ from realissim.eval.episode import EpisodeResult, run_episode
 from realissim.expert.pusht import PushTExpert
 from realissim.geometry import quat_yaw, yaw_quat
 from realissim.learn.config import ModelConfig, TrainConfig
+from realissim.learn.dagger import DaggerConfig, ExpertLabeller, padded_label, run_dagger
 from realissim.learn.dataset import build_samples, label_targets, training_episodes
 from realissim.learn.flow import flow_loss
 from realissim.learn.observations import make_encoder

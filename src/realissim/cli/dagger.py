@@ -1,4 +1,4 @@
-"""`realissim dagger CHECKPOINT --data DEMOS --out RUN`: expert relabelling rounds through the twin (`apps.dagger`)."""
+"""`realissim dagger CHECKPOINT --data DEMOS --out RUN`: expert relabelling rounds through the twin (`learn.dagger`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Annotated
 
 import tyro
 
-from realissim.apps.dagger import DaggerConfig
 from realissim.cli.common import FAILED, INVALID, fail, print_report
+from realissim.learn.dagger import DaggerConfig
 
 
 @dataclass
@@ -28,8 +28,8 @@ class Dagger:
     config: Annotated[DaggerConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=DaggerConfig)
 
     def run(self) -> int:
-        from realissim.apps.dagger import run_dagger
         from realissim.data.schema import DatasetError
+        from realissim.learn.dagger import run_dagger
         from realissim.policy.factory import CheckpointError
         from realissim.spec.errors import SpecError
 

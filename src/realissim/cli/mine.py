@@ -58,8 +58,9 @@ class Mine:
                 if seed in shipped:
                     raise ValueError(f"seed: draws a shipped start set's starts ({seed})")
                 starts, label = generate_start_set(task, self.count, seed), f"fresh{self.count}-s{self.config.seed}"
-            policy = load_policy(str(self.target), "flow", steps=self.steps, seed=self.config.seed,
-                                 threads=self.threads)
+            policy = load_policy(
+                str(self.target), "flow", steps=self.steps, seed=self.config.seed, threads=self.threads
+            )
             policy.check_scene(task.scene)
             if policy.needs.real_images:
                 raise ValueError("a policy trained on real camera frames runs online only; mine a twin policy")

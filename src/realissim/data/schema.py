@@ -329,7 +329,7 @@ START_SET_KEY = "start_set"
 collection): {"file": path, "version": the set's version (a mined set: its mining run), "seed": its header's seed,
 "index": the start's place in the file}."""
 RELABEL_KEY = "relabel"
-"""Key of an episode's `extra` marking it relabelled (`apps.dagger`: a policy's rollout whose frames an expert
+"""Key of an episode's `extra` marking it relabelled (`learn.dagger`: a policy's rollout whose frames an expert
 labelled, `EpisodeData.label_q` / `label_mask`): {"horizon": H s, "waypoints": M of the label chunks, "round": the
 DAgger round, "policy": the checkpoint that acted, "expert": who labelled}. Such an episode trains on its labelled
 frames whether or not the rollout succeeded (`learn.dataset.training_episodes`)."""

@@ -138,3 +138,23 @@ def _cell(text: str) -> str:
     except ValueError:
         return html.escape(text)
     return "–" if math.isnan(v) else (f"{v:.4g}" if not v.is_integer() else str(int(v)))
+
+
+def paired_outcomes(offline_csv: Path, online_csv: Path) -> dict[str, float]:
+    """Offline against online success start by start (trial 0 online, episodes that ended in error left out):
+    counts of both solved, offline only, online only, neither, and the share that agree."""
+    import csv
+
+    with open(offline_csv) as f:
+        offline = [row["success"] == "True" for row in csv.DictReader(f)]
+    with open(online_csv) as f:
+        online = {int(r["start"]): r["success"] == "True" for r in csv.DictReader(f) if r["trial"] == "0"
+                  and not r["error"]}  # fmt: skip
+    pairs = [(offline[i], ok) for i, ok in sorted(online.items()) if i < len(offline)]
+    counts = {
+        "both": sum(a and b for a, b in pairs),
+        "offline_only": sum(a and not b for a, b in pairs),
+        "online_only": sum(b and not a for a, b in pairs),
+        "neither": sum(not (a or b) for a, b in pairs),
+    }
+    return counts | {"starts": len(pairs), "agree": (counts["both"] + counts["neither"]) / len(pairs) if pairs else 0.0}

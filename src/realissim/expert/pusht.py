@@ -224,7 +224,7 @@ class PushTExpert:
     def keeps_plan(self, observation: Observation) -> bool:
         """Whether `act(observation)` would go on with the current plan (cheap: forward kinematics) rather than
         decide afresh (a push search, ~2 s on one core): a plan exists, is not used up, and the arm is within
-        `replan_deviation` of where it has the arm now. Expert relabelling (`apps.dagger`) labels a policy's
+        `replan_deviation` of where it has the arm now. Expert relabelling (`learn.dagger`) labels a policy's
         frames this way while the arm follows the plan, and decides again only now and then."""
         return self._plan_index(observation) is not None
 

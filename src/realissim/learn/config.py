@@ -235,7 +235,7 @@ class TrainConfig:
     online demonstrations with the real cameras' frames) acts with the same policy as the arms it is compared with."""
     init_from: str | None = None
     """Start from this checkpoint's weights (its EMA, normalisers included) instead of fresh ones: a policy of the
-    same model config trained before, e.g. the previous round's in expert relabelling (`apps.dagger`), fine-tuned
+    same model config trained before, e.g. the previous round's in expert relabelling (`learn.dagger`), fine-tuned
     here on this run's data with this run's schedule. CheckpointError if its model config differs."""
     seed: int = 0
     """Seed of the initial weights, the validation split, the batch sampler and the flow noise."""

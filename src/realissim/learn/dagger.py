@@ -327,8 +327,11 @@ def run_dagger(config: DaggerConfig, policy: Path, demonstrations: Path, out: Pa
     data = out / DATA
     if not data.exists():
         log.info("copying the demonstrations %s into %s", demonstrations, data)
-        shutil.copytree(demonstrations, data.with_name(DATA + ".copying"), dirs_exist_ok=True)
-        data.with_name(DATA + ".copying").rename(data)
+        copying = data.with_name(DATA + ".copying")
+        shutil.copytree(demonstrations, copying, dirs_exist_ok=True)
+        for path in (copying, *copying.rglob("*")):  # (a read-only source, e.g. a shared copy: labels go in here)
+            path.chmod(path.stat().st_mode | 0o200)
+        copying.rename(data)
     task = make(config.task)
     report = _journal(out)
     about = {"config": asdict(config) | {"label_budget": config.label_budget}, "first_policy": str(policy),
@@ -381,7 +384,11 @@ def run_dagger(config: DaggerConfig, policy: Path, demonstrations: Path, out: Pa
 
 
 def _label_batches(
-    jobs: list[tuple[Any, ...]], data: Path, config: DaggerConfig, record: RoundRecord, round_: int,
+    jobs: list[tuple[Any, ...]],
+    data: Path,
+    config: DaggerConfig,
+    record: RoundRecord,
+    round_: int,
     journal: Callable[[], None],
 ) -> None:
     """Run the rollout batches `jobs` (`_label_batch`'s arguments) — in `config.workers` processes when more than
