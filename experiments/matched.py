@@ -162,8 +162,9 @@ def main(args: Args) -> dict[str, Any]:
             demos[arm] = (30, 0)
     rows, first_offline = [], None
     results: dict[str, Any] = {}
-    for arm, checkpoint in runs.items():
-        run = checkpoint.parent
+    for arm, last in runs.items():
+        run = out / f"arm_{arm}"  # (train_arm returns the newest step's file; the run acts with its last.pt)
+        checkpoint = run / "last.pt" if (run / "last.pt").exists() else last
         offline = timed(f"offline_{arm}", lambda c=checkpoint, r=run: test_offline(c, r / "eval_v1"))
         online = None
         if args.online > 0:

@@ -179,6 +179,10 @@ def test_a_dagger_round_labels_rollouts_fine_tunes_and_resumes(policy: TrainResu
     demos = len(Dataset(demo, include_failed=True).all_episodes)
     assert len(relabelled) == 2 and len(aggregate.all_episodes) == demos + 2
     assert sum(e.extra[RELABEL_KEY]["labelled_frames"] for e in relabelled) == record.labelled_frames
+    from realissim.data.info import describe
+
+    line = f"relabelled 2 policy rollouts (rounds 1), {record.labelled_frames} frames labelled"
+    assert line in describe(out / "data")
     journal = json.loads((out / "dagger.json").read_text())
     assert journal["policy"] == report.policy and Path(report.policy).exists()
     from realissim.learn.checkpoint import load_checkpoint

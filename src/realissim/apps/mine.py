@@ -6,7 +6,8 @@ and slow episodes (`slow`: solved, but later than that multiple of the median ti
 where it goes wrong are extracted, each with its kind:
 
 - **stall**: the coverage gains less than `stall_gain` over `stall_window` s (pushing without progress,
-  oscillating, stuck in a corner) — the state at the window's start, the first in each stall;
+  oscillating, stuck in a corner) — the state at the window's start, one per window (a stall of 12 s is four
+  states: the longer the policy is stuck somewhere, the more weight that place gets in the clustering);
 - **regress**: the coverage falls by more than `regress_drop` within `regress_window` s (a push that moves the
   object away from the goal) — the state before the fall;
 - **end**: the last state of a failed episode (what the policy left behind);

@@ -8,13 +8,14 @@ from pathlib import Path
 import zarr
 
 from realissim.data.reader import Dataset
-from realissim.data.schema import FIELDS
+from realissim.data.schema import FIELDS, RELABEL_KEY, START_SET_KEY
 
 
 def describe(path: str | Path) -> str:
     """The summary of the dataset at `path`: meta; episodes (total, successful, failed), frames, duration and
-    success rate; each stored field's shape (T = frames of an episode), dtype, chunks, compressors and size on
-    disk over all episodes; the total size on disk. DatasetError if there is no readable dataset."""
+    success rate; relabelled rollouts and targeted episodes, when there are any; each stored field's shape (T =
+    frames of an episode), dtype, chunks, compressors and size on disk over all episodes; the total size on disk.
+    DatasetError if there is no readable dataset."""
     ds = Dataset(path, include_failed=True)
     m = ds.meta
     done = [e for e in ds.all_episodes if e.success]
@@ -36,6 +37,16 @@ def describe(path: str | Path) -> str:
         f"frames     {frames} ({seconds:.1f} s; {seconds / max(len(ds.all_episodes), 1):.1f} s per episode)",
         f"size       {_human(_du(ds.path))} on disk",
     ]
+    relabelled = [e for e in ds.all_episodes if RELABEL_KEY in e.extra]
+    if relabelled:
+        labels = sum(int(e.extra[RELABEL_KEY].get("labelled_frames", 0)) for e in relabelled)
+        rounds = sorted({e.extra[RELABEL_KEY].get("round") for e in relabelled}, key=str)
+        lines.append(f"relabelled {len(relabelled)} policy rollouts (rounds {', '.join(map(str, rounds))}), "
+                     f"{labels} frames labelled by the expert (they train, success or not)")  # fmt: skip
+    targeted = [e for e in ds.all_episodes if START_SET_KEY in e.extra]
+    if targeted:
+        files = sorted({str(e.extra[START_SET_KEY].get("file")) for e in targeted})
+        lines.append(f"targeted   {len(targeted)} episodes from start-set files: {', '.join(files)}")
     return "\n".join(lines + _fields(ds)) + "\n"
 
 
