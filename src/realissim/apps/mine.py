@@ -398,12 +398,13 @@ def mine(
         failures.extend(find_failures(traj, r, i, config, i in mined))
     if data is not None:
         failures.extend(mark_rare(failures, demonstrated_poses(data, config.yaw_scale), config))
-    usable = [f for f in failures if as_start(f, task, config.clearance) is not None]
+    starts_of = {id(f): s for f in failures if (s := as_start(f, task, config.clearance)) is not None}
+    usable = [f for f in failures if id(f) in starts_of]
     log.info("mined %d episodes of %d: %d failure states (%d usable as starts)", len(mined), len(results),
              len(failures), len(usable))  # fmt: skip
     cluster(usable, config)
     chosen = choose(usable, config.keep, config.seed)
-    new_starts = [s for f in chosen if (s := as_start(f, task, config.clearance)) is not None]
+    new_starts = [starts_of[id(f)] for f in chosen]
     return MineReport(evaluation, failures, new_starts, mined)
 
 

@@ -202,8 +202,6 @@ class RelabelRecorder(EpisodeObserver):
         self.labelled = 0
         """Frames labelled over every episode so far."""
         self.decisions = 0
-        self.written: list[int] = []
-        """Indices of the episodes appended, in order."""
         self._frames: list[dict[str, list[np.ndarray]]] = []
         self._success_at: list[float] = []
         self._ik: Any = None
@@ -220,7 +218,6 @@ class RelabelRecorder(EpisodeObserver):
             labeller.reset()
         if self._ik is None:
             self._ik = PusherIK(env.task.scene)
-        self.env = env
         self._frames = [{} for _ in range(env.size)]
         self._success_at = [math.inf] * env.size
 
@@ -271,10 +268,9 @@ class RelabelRecorder(EpisodeObserver):
             if self.start_indices is not None:
                 about["start_index"] = int(self.start_indices[b])
             final = {k: float(v) for k, v in r.final.items()}
-            info = self.writer.append(episode, success=r.success, success_time=r.success_time,
+            self.writer.append(episode, success=r.success, success_time=r.success_time,
                                       final_coverage=final.get("coverage", math.nan), start=r.start,
                                       extra={RELABEL_KEY: about, "final": final})  # fmt: skip
-            self.written.append(info.index)
         self._frames = []
 
 
@@ -334,7 +330,7 @@ def run_dagger(config: DaggerConfig, policy: Path, demonstrations: Path, out: Pa
         copying.rename(data)
     task = make(config.task)
     report = _journal(out)
-    about = {"config": asdict(config) | {"label_budget": config.label_budget}, "first_policy": str(policy),
+    about = {"config": asdict(config), "first_policy": str(policy),
              "demonstrations": str(demonstrations)}  # fmt: skip
     meta, _ = load_checkpoint(policy)
     train_config = _train_config(meta["config"])
@@ -505,14 +501,3 @@ def labelled_frames_of(data: Path) -> int:
 
     stored = Dataset(data, include_failed=True).all_episodes
     return sum(int(e.extra[RELABEL_KEY]["labelled_frames"]) for e in stored if RELABEL_KEY in e.extra)
-
-
-__all__: Sequence[str] = (
-    "DaggerConfig",
-    "DaggerReport",
-    "ExpertLabeller",
-    "RelabelRecorder",
-    "labelled_frames_of",
-    "rollout_starts",
-    "run_dagger",
-)  # fmt: skip
