@@ -90,6 +90,9 @@ def make_episode(meta: DatasetMeta, length: int, seed: int = 0) -> EpisodeData:
             desynced=rng.random(length) < 0.3,
             oracle_object_pos=rng.normal(size=(length, k, 3)),
             oracle_object_quat=rng.normal(size=(length, k, 4)),
+            q_real=rng.normal(size=(length, j)),
+            q_sent=rng.normal(size=(length, j)),
+            correction_force=rng.normal(size=(length, k, 3)),
         )
     size = meta.image_size or (0, 0)
     return EpisodeData(
@@ -274,6 +277,8 @@ def _set(name: str, value: Callable[[EpisodeData], Any]) -> Callable[[EpisodeDat
         (False, _set("tip", lambda ep: None), "EpisodeData.tip: missing"),
         (True, _set("desynced", lambda ep: ep.desynced.astype(int)), "EpisodeData.desynced: dtype must be bool"),
         (True, _set("sync_yaw_err", lambda ep: None), "EpisodeData.sync_yaw_err: missing while"),
+        (True, _set("q_sent", lambda ep: None), "EpisodeData.q_sent: missing while"),
+        (False, _set("q_real", lambda ep: np.zeros_like(ep.q)), "EpisodeData.q_real: must be None"),
         (True, _set("images", lambda ep: {"front": ep.images["front"].astype(np.float32)}), r"images\['front'\]"),
         (True, _set("images", lambda ep: {}), "EpisodeData.images: cameras"),
     ],
@@ -505,6 +510,11 @@ def test_the_recorder_stores_the_oracle_sync_errors_and_real_frames_online(tmp_p
         )
         assert (episode.sync_pos_err[k, 0], episode.sync_yaw_err[k, 0]) == expected
     assert not episode.desynced.any() and len(episode.desynced) == 30
+    # the measured fields: the real arm lags the targets it is sent by its latency and servo, no correction ran
+    assert episode.q_real.shape == episode.q_sent.shape == (30, 7) and episode.correction_force.shape == (30, 1, 3)
+    assert not np.array_equal(episode.q_real[1:], episode.q_sent[:-1])  # (measured, not copied)
+    assert np.abs(episode.q_real[1:] - episode.q_sent[:-1]).max() < 0.02
+    assert np.all(episode.correction_force == 0)
     for cam in meta.cameras:
         assert episode.images[cam].shape == (30, 45, 80, 3) and episode.images[cam].std() > 0
 

@@ -64,8 +64,9 @@ class CollectConfig:
     """Online: on the wall clock (the surrogate paces itself at the frame rate; the correction runs beside the loop,
     `RuntimeConfig.correct_beside`) instead of lock-step. A real-time twin and surrogate need about two cores: with
     more workers than half the cores, each lags."""
-    policy: Literal["expert", "teleop"] = "expert"
-    """Who demonstrates: the task's expert, or a human in the browser (`realissim teleop`)."""
+    policy: Literal["expert", "teleop", "probe"] = "expert"
+    """Who acts: the task's expert, a human in the browser (`realissim teleop`), or "probe": fast strokes that leave
+    the object sliding free, for system identification (`expert.probe`, `realissim sysid`; online)."""
     seed: int = 0
     """Seed of the start sampler (each episode draws its start from (seed, episode index)) and of the world."""
     max_seconds: float | None = None
@@ -151,6 +152,10 @@ def make_expert(task: Task, config: CollectConfig | None = None) -> Policy:
     the expert's defaults)."""
     from realissim.expert.registry import make_expert as task_expert
 
+    if config is not None and config.policy == "probe":
+        from realissim.expert.probe import ProbePushes
+
+        return ProbePushes(task.scene)
     given = {} if config is None else {"travel_cost": config.expert_travel_cost, "reseed": config.expert_reseed}
     return task_expert(task, **{name: value for name, value in given.items() if value is not None})
 
@@ -296,7 +301,15 @@ class _Collector:
         start = None
         if self.starts is not None:
             start, self._position = self.starts.starts[position], position
-        return run_episode(self.env, self.policy, start, self.config.max_seconds, [self.recorder], seed=seed)
+        return run_episode(
+            self.env,
+            self.policy,
+            start,
+            self.config.max_seconds,
+            [self.recorder],
+            seed=seed,
+            stop_on_success=self.config.policy != "probe",
+        )  # (probes are not trying to succeed)
 
     def close(self) -> None:
         if self.randomizer is not None:
@@ -315,7 +328,7 @@ def _recording(
 
     with open_world(task, config) as world:
         env = Env(task, EnvConfig(sleep=False), world)  # demonstrations in the twin as it runs online
-        meta = meta_for_env(env, "expert", gap_name(config.gap) if config.online else None, config.record_images)
+        meta = meta_for_env(env, config.policy, gap_name(config.gap) if config.online else None, config.record_images)
         if announce is not None:
             announce(meta)
         with DatasetWriter(out, meta) as writer:

@@ -23,6 +23,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "train": ("realissim.cli.train", "Train"),
     "mine": ("realissim.cli.mine", "Mine"),
     "dagger": ("realissim.cli.dagger", "Dagger"),
+    "sysid": ("realissim.cli.sysid", "Sysid"),
     "policy": ("realissim.cli.policy", "PolicyInfo"),
     "eval": ("realissim.cli.eval", "Eval"),
     "report": ("realissim.cli.report", "Report"),

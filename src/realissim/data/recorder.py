@@ -1,8 +1,9 @@
 """`EpisodeRecorder`: an episode observer that records every frame of one `Env` into a `DatasetWriter`.
 
 Per frame it keeps the twin's state, the commanded joints q′, the pusher tip (forward kinematics of q), the
-policy's progress and, online, the desync verdict, the oracle's object poses with the twin's error against
-them (evaluation only), and optionally the real cameras' frames. At the episode's end it appends the
+policy's progress and, online, the desync verdict, the real arm's measured joints and the target sent to it, the
+correction's force on each object, the oracle's object poses with the twin's error against them (evaluation
+only), and optionally the real cameras' frames. At the episode's end it appends the
 episode to the writer in one piece.
 """
 
@@ -105,7 +106,8 @@ class EpisodeRecorder(EpisodeObserver):
 
     def on_frame(self, frame: FrameInfo) -> None:
         """Append one frame (the twin's state after it, q′ = frame.q_des, the policy's progress, online the
-        oracle now and the desync verdict, the real frames with `record_images`)."""
+        oracle now, the desync verdict, the real arm's reading and command and the correction's force (with a
+        follower), the real frames with `record_images`)."""
         env = self._require()
         s, add = frame.state, self._add
         add(**{name: getattr(s, name) for name in _TWIN}, q_des=frame.q_des, policy_progress=frame.progress)
@@ -115,6 +117,9 @@ class EpisodeRecorder(EpisodeObserver):
             return
         report = frame.report
         add(desynced=bool(report is not None and report.desynced))
+        if report is not None and report.q_real is not None and report.q_sent is not None:
+            force = np.zeros((len(s.object_pos), 3)) if report.applied_wrench is None else report.applied_wrench[:, :3]
+            add(q_real=report.q_real, q_sent=report.q_sent, correction_force=force)
         self._reacquisitions += sum(a.placed for a in report.reacquisitions) if report is not None else 0
         if env.world.oracle is not None:
             truth = env.world.oracle.read()

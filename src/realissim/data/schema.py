@@ -38,14 +38,16 @@ class DatasetError(Exception):
 class Field:
     """One per-frame array: its shape after the frame axis ("K": objects, "J": joints), stored dtype, unit,
     dimension names, and when it is present ("always", "online", "oracle": online with an oracle, "labelled": in an
-    episode an expert relabelled, `RELABEL_KEY`; "M" is then the label chunk's waypoints)."""
+    episode an expert relabelled, `RELABEL_KEY`; "M" is then the label chunk's waypoints; "measured": online, the
+    real arm's readings and commands and the correction's force, recorded since identification needed them
+    (`realissim.sysid`) — online episodes written before have none)."""
 
     name: str
     tail: tuple[str | int, ...]
     dtype: str
     unit: str
     dims: tuple[str, ...]
-    kind: Literal["always", "online", "oracle", "labelled"] = "always"
+    kind: Literal["always", "online", "oracle", "labelled", "measured"] = "always"
     stored: str | None = None
     """The array's name in the store when it differs from `name` (kept for the datasets already written)."""
 
@@ -79,6 +81,9 @@ FIELDS: tuple[Field, ...] = (
     Field("oracle_object_quat", ("K", 4), "float64", "wxyz", ("frame", "object", "wxyz"), "oracle"),
     Field("label_mask", (), "bool", "", ("frame",), "labelled"),
     Field("label_q", ("M", "J"), "float32", "rad", ("frame", "waypoint", "joint"), "labelled"),
+    Field("q_real", ("J",), "float64", "rad", ("frame", "joint"), "measured"),
+    Field("q_sent", ("J",), "float64", "rad", ("frame", "joint"), "measured"),
+    Field("correction_force", ("K", 3), "float64", "N", ("frame", "object", "xyz"), "measured"),
 )
 """Every per-frame field of `EpisodeData`, in its order (SI units, world frame)."""
 
@@ -247,6 +252,14 @@ class EpisodeData:
     label_q: np.ndarray | None = None
     """Relabelled episodes: (T, M, J) float32 rad, the expert's chunk at each labelled frame — the joints q′ it
     commands at time[k] + (i + 1)·H/M (H and M in the episode's `extra[RELABEL_KEY]`); zeros where not labelled."""
+    q_real: np.ndarray | None = None
+    """Online (measured): (T, J) rad, the real arm's joints as its encoders read them at the frame's start."""
+    q_sent: np.ndarray | None = None
+    """Online (measured): (T, J) rad, the joint target the follower sent the real arm at the frame (the twin arm's q
+    after the frame, through the follower; while held, where it holds)."""
+    correction_force: np.ndarray | None = None
+    """Online (measured): (T, K, 3) N, world frame: the correction's force on each object during the frame (zero where
+    none was applied)."""
     images: dict[str, np.ndarray] = field(default_factory=dict)
     """Camera name → (T, H, W, 3) uint8 real frames (the dataset's cameras, or none)."""
 
@@ -273,10 +286,11 @@ def check_episode(episode: EpisodeData, meta: DatasetMeta) -> dict[str, np.ndarr
             if f.kind == "always" or (f.kind == "online" and meta.online):
                 raise ValueError(f"EpisodeData.{f.name}: missing")
             continue
-        if not meta.online and f.kind in ("online", "oracle"):
+        if not meta.online and f.kind in ("online", "oracle", "measured"):
             raise ValueError(f"EpisodeData.{f.name}: must be None in an offline dataset")
         out[f.name] = _checked(f, np.asarray(value), (len(t), *(sizes.get(d, d) for d in f.tail)))
-    for kind, what in (("oracle", "the oracle fields"), ("labelled", "an expert's labels")):
+    groups = (("oracle", "the oracle fields"), ("labelled", "an expert's labels"), ("measured", "the measured fields"))
+    for kind, what in groups:
         group = [f.name for f in FIELDS if f.kind == kind]
         given = [name for name in group if name in out]
         if 0 < len(given) < len(group):

@@ -69,6 +69,11 @@ class FrameReport:
     correction_age: float = float("nan")
     """With the correction beside the loop: how old the correction applied from this frame on is, s (from the frame
     its images were read to this one, on the wall clock); NaN when none arrived this frame (or inline)."""
+    q_sent: np.ndarray | None = None
+    """The joint target (J,) rad the follower sent the real arm this frame (None: offline or no follower)."""
+    applied_wrench: np.ndarray | None = None
+    """The correction's wrench (K, 6) [force N, torque N·m, world frame, at each object's centre of mass] the twin's
+    objects felt this frame — a new correction's, a held one's again, or none (None: nothing applied)."""
 
 
 class Runtime:
@@ -145,6 +150,8 @@ class Runtime:
         self._desired = self.twin.data.ctrl[self.twin.layout.actuators].copy()
         """The last frame's desired joints after the lead bound, before shaping (J,) rad."""
         self._held_wrench: np.ndarray | None = None
+        self._applied: np.ndarray | None = None
+        """The correction's wrenches applied this frame (`FrameReport.applied_wrench`)."""
         self._held_left = 0
         """Frames the held wrench may still be applied: `correct_every` - 1 after each correction."""
         self._frame = 0
@@ -240,6 +247,7 @@ class Runtime:
         the twin's objects where the real ones are not; with `rest_while_held` the correction's wrench is
         withheld too until a search places or confirms the objects."""
         timing: dict[str, float] = {}
+        self._applied = None
         q_real, images = self._sense(correct, timing)
         self._frame += 1
         age = float("nan")
@@ -252,11 +260,11 @@ class Runtime:
         q_des, qd_des, lead = self._arm_targets(q_des, q_real, holding)
         state = self._physics(q_des, qd_des)
         timing["physics"] = time.perf_counter() - t0  # (the arm's targets included)
-        self._follow(state, holding, timing)
+        q_sent = self._follow(state, holding, timing)
         self._advance_world(timing)
         return FrameReport(state, result, timing, self.desynced, q_real, images,
                            supervision.sightings if supervision else (), supervision.attempts if supervision else (),
-                           lead, tuple(self.tipped), age)  # fmt: skip
+                           lead, tuple(self.tipped), age, q_sent, self._applied)  # fmt: skip
 
     def close(self) -> None:
         """Stop the correction's thread, if it has one (also done when the runtime is collected)."""
@@ -285,7 +293,7 @@ class Runtime:
         and throw the object)."""
         if self.correction is None or images is None:
             if self._held_wrench is not None and self._held_left > 0 and not self._stalled:
-                self.twin.apply_wrenches(self._held_wrench)
+                self._apply(self._held_wrench)
                 self._held_left -= 1
             return None, None
         assert self.supervisor is not None and q_real is not None
@@ -295,7 +303,7 @@ class Runtime:
             self.correction.reset()  # nothing it finds while the twin is lost may build up for later
             self._held_wrench = None
         else:
-            self.twin.apply_wrenches(result.wrenches)
+            self._apply(result.wrenches)
             self._held_wrench = np.asarray(result.wrenches, dtype=np.float64).copy()
             self._held_left = self.config.correct_every - 1
         timing["correct"] = time.perf_counter() - t0
@@ -327,7 +335,7 @@ class Runtime:
             age = time.monotonic() - outcome.job.wall
             timing.update({f"beside.{key}": value for key, value in outcome.timing.items()})
         if self._held_wrench is not None and self._held_left > 0 and not self._stalled:
-            self.twin.apply_wrenches(self.correction.damped(self._held_wrench, self.twin))
+            self._apply(self.correction.damped(self._held_wrench, self.twin))
             self._held_left -= 1
         if correct and not self._beside.busy:
             images = self._submit(q_real)
@@ -441,12 +449,20 @@ class Runtime:
         self.twin.step()
         return self.twin.state()
 
-    def _follow(self, state: TwinState, holding: bool, timing: dict[str, float]) -> None:
-        """Stream the twin arm's actual joints to the real robot (holding it while supervision holds)."""
+    def _apply(self, wrenches: ArrayLike) -> None:
+        """Apply the correction's wrenches (K, 6) to the twin's objects this frame, and keep them for the report."""
+        self.twin.apply_wrenches(wrenches)
+        self._applied = np.array(wrenches, dtype=np.float64)
+
+    def _follow(self, state: TwinState, holding: bool, timing: dict[str, float]) -> np.ndarray | None:
+        """Stream the twin arm's actual joints to the real robot (holding it while supervision holds); the target
+        sent (J,) rad, None without a follower."""
         if self.follower is not None and self.world is not None:
             t0 = time.perf_counter()
-            self.follower.follow(self.world.robot, state.q, hold=holding)
+            sent = self.follower.follow(self.world.robot, state.q, hold=holding).q
             timing["follow"] = time.perf_counter() - t0
+            return np.array(sent, dtype=np.float64)
+        return None
 
     def _advance_world(self, timing: dict[str, float]) -> None:
         """In lock-step, advance the real world one frame."""
