@@ -139,8 +139,8 @@ def test_probing_strokes_leave_the_object_sliding_free_of_the_pusher() -> None:
 
     run_episode(env, ProbePushes(task.scene), None, 6.0, [Keep()], stop_on_success=False, seed=3)
     frames = states[1:]
-    stack = {n: np.stack([getattr(s, n) for s in frames]) for n in ("time", "object_pos", "object_quat", "object_linvel",
-             "object_angvel")}  # fmt: skip
+    names = ("time", "object_pos", "object_quat", "object_linvel", "object_angvel")
+    stack = {n: np.stack([getattr(s, n) for s in frames]) for n in names}
     q_before = np.stack([s.q for s in states[:-1]])  # (the reading at a frame's start)
     n = len(frames)
     rec = Recording(0, stack["time"], q_before, q_before, stack["object_pos"], stack["object_quat"],
@@ -150,3 +150,24 @@ def test_probing_strokes_leave_the_object_sliding_free_of_the_pusher() -> None:
     assert len(slides) >= 1 and all(w.slide for w in slides)
     top = np.linalg.norm(np.diff(rec.object_pos[:, 0, :2], axis=0), axis=1).max() * 60
     assert top > 0.25  # a stroke throws the T at well over the expert's 0.2 m/s
+
+
+def test_collection_draws_dynamics_from_an_identification(tmp_path: Path) -> None:
+    from realissim.cli import main
+    from realissim.data.schema import DYNAMICS_KEY
+    from realissim.data.store import Dataset
+
+    params = tmp_path / "sysid.json"
+    IdentifiedDynamics((IdentifiedObject("tblock", 0.8, 0.02),)).save(params)
+    out = tmp_path / "demos"
+    args = ["collect", "--episodes", "3", "--max-seconds", "0.3", "--randomize-from", str(params), "--out", str(out),
+            "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    data = Dataset(out, include_failed=True)
+    draws = [e.extra[DYNAMICS_KEY]["tblock"] for e in data.all_episodes]
+    frictions = [d["friction_scale"] for d in draws]
+    assert all(0.76 - 1e-9 <= f <= 0.84 + 1e-9 for f in frictions) and len(set(frictions)) == 3  # 0.8 ± 2 × 0.02
+    assert all(d["mass_scale"] == 1.0 and d["com_offset"] == [0.0, 0.0, 0.0] for d in draws)  # not identified: kept
+    with pytest.raises(SystemExit) as refused:  # (tyro names the option, status 2)
+        main(["collect", "--online", "--randomize-from", str(params), "--out", str(tmp_path / "x")])
+    assert refused.value.code == 2

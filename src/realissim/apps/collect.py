@@ -96,6 +96,11 @@ class CollectConfig:
     (`twin.randomize`), applies the draw to the twin (and to the expert's push model, so the expert plans with the
     dynamics it meets) and records it in the episode's `extra["dynamics"]`. A policy cloned from such
     demonstrations has seen the physical reality gap (docs/results.md)."""
+    randomize_from: Path | None = None
+    """Dynamics randomisation (offline, the expert) with ranges from measurements: a twin-parameter file
+    (`realissim sysid`'s sysid.json) — each identified quantity drawn within its value ± 2 × its 95 % half-width,
+    the others kept at the description (`twin.identified.IdentifiedDynamics.randomization`). Replaces the
+    `randomize_*` ranges; implies `randomize`."""
     randomize_friction: tuple[float, float] = (0.6, 1.4)
     """Dynamics randomisation: range of the sliding-friction scale (log-uniform)."""
     randomize_mass: tuple[float, float] = (0.8, 1.35)
@@ -126,6 +131,8 @@ class CollectConfig:
             raise ValueError("realtime: an offline twin has no wall clock to keep (use --online)")
         if self.record_images and not self.online:
             raise ValueError("record_images: an offline twin has no real cameras (its views can be rendered later)")
+        if self.randomize_from is not None and not self.randomize:
+            object.__setattr__(self, "randomize", True)
         if self.randomize and (self.online or self.policy != "expert"):
             raise ValueError("randomize: dynamics are randomised in the twin, offline, for the expert")
         _ = self.randomization  # validates the ranges
@@ -135,6 +142,10 @@ class CollectConfig:
         """The dynamics randomisation's ranges."""
         from realissim.twin.randomize import DynamicsRandomization
 
+        if self.randomize_from is not None:
+            from realissim.twin.identified import IdentifiedDynamics
+
+            return IdentifiedDynamics.load(self.randomize_from).randomization(widen=2.0)
         return DynamicsRandomization(friction=self.randomize_friction, mass=self.randomize_mass,
                                      com_offset=self.randomize_com)  # fmt: skip
 

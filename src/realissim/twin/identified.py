@@ -4,7 +4,7 @@ It holds, per object, the sliding-friction scale, mass scale and centre-of-mass 
 description (what `ObjectDraw` applies to a compiled model), each with the half-width of its interval (null: not
 identified, or the data did not bound it — the description is then kept), plus a free-form "fit" record (data used,
 residuals). `IdentifiedDynamics.draws` sets a twin to the identified values; `randomization` turns the intervals
-into the ranges a collection draws from (`collect --randomize-from FILE`, to be built).
+into the ranges a collection draws from (`collect --randomize-from FILE`).
 
     {"format": "realissim.twin-parameters", "version": 1,
      "objects": {"tblock": {"friction_scale": 0.86, "friction_ci95": 0.03,
