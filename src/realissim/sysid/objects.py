@@ -181,7 +181,7 @@ def find_slides(recordings: list[Recording], scene: SceneSpec, config: ObjectFit
     out = []
     for r, rec in enumerate(recordings):
         dt = rec.dt
-        tips = np.array([ik.tip_position(q) for q in rec.q_real])
+        tips = np.array([ik.tip_position(q) for q in rec.arm_trajectory()[1]])  # (at the objects' times)
         speed = np.linalg.norm(np.gradient(rec.object_pos[..., :2], axis=0), axis=-1) / dt  # (T, K)
         longest = max(4, round(config.window / dt))
         for k, obj in enumerate(scene.objects):
