@@ -1,13 +1,15 @@
 """Identify the objects' dynamics — sliding friction, mass, centre of mass — from online episodes, without the oracle.
 
-Method (replay with multiple shooting): the episode is cut into windows of `ObjectFitConfig.window` s in which an
-object moved. Each window starts the *uncorrected* twin from the corrected twin's state at the window's start
-(object poses and velocities) and drives its arm kinematically along the real arm's measured joints (every physics
-step's joint positions and velocities interpolated from the readings, `Recording.arm_trajectory`), so the twin's
-pusher moves as the real one did and pushes the twin's objects with the candidate dynamics. The residual is the
-replayed objects' planar pose against the corrected twin's over the window (position, and yaw × `yaw_length`,
-each over `sigma`); `mujoco.sysid.optimize` (box-bounded nonlinear least squares) minimises it over the parameters,
-and `mujoco.sysid.calculate_intervals` gives their 95 % intervals from the Jacobian at the optimum.
+Method (replay with multiple shooting). By default ("slides") the recordings are searched for free slides — an
+object moving on clear of the pusher, as probing strokes leave it (`expert.probe`) — and each slide is replayed in
+the *uncorrected* twin from the corrected twin's pose at its start, its initial planar velocity fitted with it (3
+nuisance values a slide, least squares inside each evaluation), under candidate dynamics. With "pushes", windows of
+`ObjectFitConfig.window` s in which an object moved are replayed instead, the twin's arm driven kinematically
+along the real arm's measured joints (`Recording.arm_trajectory`), so the twin's pusher moves as the real one did.
+The residual is the replayed objects' planar pose against the corrected twin's (position, and yaw × `yaw_length`,
+each over `sigma`). The friction scale is found by a coarse grid and a bounded 1-D search; several parameters
+together are refined by `mujoco.sysid.optimize` (box-bounded nonlinear least squares), and
+`mujoco.sysid.calculate_intervals` gives 95 % intervals from a wide-step Jacobian at the optimum.
 
 What the data separates: a pusher that moves as measured (position-controlled, far stiffer than the contact)
 prescribes the objects' motion while it pushes, whatever their mass; a mass change scales every force alike

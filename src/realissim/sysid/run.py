@@ -101,7 +101,6 @@ def report_text(result: IdentifiedDynamics, fit: ObjectFit, recordings: list[Rec
         "|---|---|---|---|---|",
     ]
     for o, e in zip(result.objects, fit.objects):
-        fr = _pm(o.friction_scale, o.friction_ci95, "{:.3f}")
         ma = "not identified" if math.isnan(e.mass_ci) else _pm(o.mass_scale, e.mass_ci, "{:.3f}")
         fr = _pm(o.friction_scale, e.friction_ci, "{:.3f}")
         if all(math.isnan(c) for c in e.com_ci):
