@@ -304,7 +304,7 @@ class Runtime:
             self._held_wrench = None
         else:
             self._apply(result.wrenches)
-            self._held_wrench = np.asarray(result.wrenches, dtype=np.float64).copy()
+            self._held_wrench = self._applied  # (a copy of its own, never written in place)
             self._held_left = self.config.correct_every - 1
         timing["correct"] = time.perf_counter() - t0
         timing.update({f"correct.{key}": value for key, value in result.stages.items()})

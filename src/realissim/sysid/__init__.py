@@ -1,4 +1,4 @@
-"""System identification: the twin learns the world's dynamics from its own online episodes (issue 63).
+"""System identification: the twin learns the world's dynamics from its own online episodes.
 
 `records` reads what identification needs from an online dataset (the real arm's measured joints, the commands
 sent to it, the corrected twin's object trajectory); `objects` identifies the objects' dynamics by replaying the

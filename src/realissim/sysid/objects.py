@@ -35,7 +35,7 @@ import mujoco
 import numpy as np
 from mujoco import sysid
 
-from realissim.geometry import quat_to_mat
+from realissim.geometry import quat_to_mat, quat_yaw
 from realissim.spec.scene import SceneSpec
 from realissim.sysid.records import Recording, SysidError
 from realissim.twin.physics import PhysicsConfig, TwinPhysics
@@ -216,7 +216,7 @@ def find_pushes(recordings: list[Recording], config: ObjectFitConfig) -> list[Wi
         dt = rec.dt
         n, step = max(2, round(config.window / dt)), max(1, round(config.stride / dt))
         xy = rec.object_pos[..., :2]
-        yaw = _yaw(rec.object_quat)
+        yaw = quat_yaw(rec.object_quat)
         for k0 in range(0, len(rec.time) - n, step):
             if rec.desynced[k0 : k0 + n + 1].any():
                 continue
@@ -238,6 +238,9 @@ class WindowReplay:
         self.names = self.layout.object_names
         self.dynamics = ObjectDynamics(self.model, self.names)
         self.recordings = recordings
+        self._arms = [rec.arm_trajectory() for rec in recordings]
+        self._draws: tuple[ObjectDraw, ...] | None = None
+        """The dynamics the model holds now (None: its described ones)."""
         self.substeps = config.physics.substeps
         self.h = self.model.opt.timestep
         for rec in recordings:
@@ -246,6 +249,11 @@ class WindowReplay:
                     f"episode {rec.episode}: frame period {rec.dt:.5f} s, the twin's is {self.twin.dt:.5f} s"
                 )
 
+    def restore(self) -> None:
+        """Return the replay's model to the scene's described dynamics."""
+        self.dynamics.restore()
+        self._draws = None
+
     def run(
         self, window: Window, draws: tuple[ObjectDraw, ...], planar_velocity: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -253,11 +261,13 @@ class WindowReplay:
         its frames start + 1 … start + n (compare with the recording's at those frames). `planar_velocity` (K, 3):
         each object's initial (vx, vy m/s, ωz rad/s, world frame) instead of the recorded velocity."""
         rec = self.recordings[window.recording]
-        self.dynamics.apply(draws)
+        if draws != self._draws:  # (setting dynamics recomputes the model's constants: once per candidate)
+            self.dynamics.apply(draws)
+            self._draws = draws
         m, d, lay = self.model, self.data, self.layout
         mujoco.mj_resetData(m, d)
         k0 = window.start
-        t_arm, q_arm = rec.arm_trajectory()
+        t_arm, q_arm = self._arms[window.recording]
         d.qpos[lay.object_qpos[:, 0:3]] = rec.object_pos[k0]
         quat = rec.object_quat[k0] / np.linalg.norm(rec.object_quat[k0], axis=-1, keepdims=True)
         d.qpos[lay.object_qpos[:, 3:7]] = quat
@@ -277,29 +287,24 @@ class WindowReplay:
         if window.slide:  # (the pusher is clear of the objects throughout: it holds where it was)
             d.qvel[lay.robot_dof] = 0.0
             d.ctrl[lay.actuators], d.ctrl[lay.dampers] = q0, 0.0
-            for j in range(window.frames):
-                mujoco.mj_step(m, d, nstep=self.substeps)
-                xy[j] = d.qpos[lay.object_qpos[:, 0:2]]
-                yaw[j] = _yaw(d.qpos[lay.object_qpos[:, 3:7]])
-            return xy, yaw
+        frame = self.substeps * self.h
         for j in range(window.frames):
             t0 = float(rec.time[k0 + j])
-            if self.config.arm == "servo":
-                qa, qb = _interp(t_arm, q_arm, t0), _interp(t_arm, q_arm, t0 + self.substeps * self.h)
-                d.ctrl[lay.actuators], d.ctrl[lay.dampers] = qb, (qb - qa) / (self.substeps * self.h)
+            if window.slide:
                 mujoco.mj_step(m, d, nstep=self.substeps)
-                xy[j] = d.qpos[lay.object_qpos[:, 0:2]]
-                yaw[j] = _yaw(d.qpos[lay.object_qpos[:, 3:7]])
-                continue
-            for s in range(self.substeps):
-                a, b = t0 + s * self.h, t0 + (s + 1) * self.h
-                qa, qb = _interp(t_arm, q_arm, a), _interp(t_arm, q_arm, b)
-                qd = (qb - qa) / self.h
-                d.qpos[lay.robot_qpos], d.qvel[lay.robot_dof] = qa, qd
-                d.ctrl[lay.actuators], d.ctrl[lay.dampers] = qb, qd
-                mujoco.mj_step(m, d)
+            elif self.config.arm == "servo":
+                qa, qb = _interp(t_arm, q_arm, t0), _interp(t_arm, q_arm, t0 + frame)
+                d.ctrl[lay.actuators], d.ctrl[lay.dampers] = qb, (qb - qa) / frame
+                mujoco.mj_step(m, d, nstep=self.substeps)
+            else:
+                for s in range(self.substeps):
+                    qa, qb = _interp(t_arm, q_arm, t0 + s * self.h), _interp(t_arm, q_arm, t0 + (s + 1) * self.h)
+                    qd = (qb - qa) / self.h
+                    d.qpos[lay.robot_qpos], d.qvel[lay.robot_dof] = qa, qd
+                    d.ctrl[lay.actuators], d.ctrl[lay.dampers] = qb, qd
+                    mujoco.mj_step(m, d)
             xy[j] = d.qpos[lay.object_qpos[:, 0:2]]
-            yaw[j] = _yaw(d.qpos[lay.object_qpos[:, 3:7]])
+            yaw[j] = quat_yaw(d.qpos[lay.object_qpos[:, 3:7]])
         return xy, yaw
 
     def residual(self, windows: list[Window], draws: tuple[ObjectDraw, ...]) -> np.ndarray:
@@ -318,7 +323,7 @@ class WindowReplay:
         ks = w.start + 1 + frames
         objs = list(w.objects)
         dxy = xy[frames][:, objs] - rec.object_pos[ks][:, objs, :2]
-        dyaw = _wrap(yaw[frames][:, objs] - _yaw(rec.object_quat[ks][:, objs])) * c.yaw_length
+        dyaw = _wrap(yaw[frames][:, objs] - quat_yaw(rec.object_quat[ks][:, objs])) * c.yaw_length
         return np.concatenate([dxy.reshape(-1), dyaw.reshape(-1)]) / c.sigma
 
     def _slide_residual(self, w: Window, draws: tuple[ObjectDraw, ...]) -> np.ndarray:
@@ -397,7 +402,7 @@ def fit_objects(
     jac = _secant_jacobian(fitted, lambda p: residual_fn(p.as_vector(), p)[0][0], config.interval_step)
     _, half = sysid.calculate_intervals([after], jac)
     half = np.asarray(half, dtype=np.float64)
-    replay.dynamics.restore()
+    replay.restore()
     estimates = []
     index = 0
     for k in moving:
@@ -501,12 +506,6 @@ def _interp(t: np.ndarray, q: np.ndarray, at: float) -> np.ndarray:
     i = int(np.clip(np.searchsorted(t, at) - 1, 0, len(t) - 2))
     u = min(max((at - t[i]) / (t[i + 1] - t[i]), 0.0), 1.0)
     return q[i] + u * (q[i + 1] - q[i])
-
-
-def _yaw(quat: np.ndarray) -> np.ndarray:
-    """Heading of the body x axis on the table, rad, for quaternions (..., 4) w, x, y, z."""
-    w, x, y, z = np.moveaxis(np.asarray(quat, dtype=np.float64), -1, 0)
-    return np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
 
 
 def _wrap(a: np.ndarray) -> np.ndarray:
